@@ -1,0 +1,306 @@
+#include "api/comm.h"
+
+#include <cstring>
+#include <mutex>
+#include <set>
+#include <sstream>
+
+#include "core/log.h"
+#include "reduce/reduce.h"
+#include "sched/executor.h"
+#include "topo/detect.h"
+
+namespace bc {
+namespace {
+
+std::mutex g_mutex;
+int g_init_count = 0;
+ParamSet g_params;
+std::set<const bc_comm *> g_live;  // every communicator not yet destroyed
+
+// Every rank learns whether any rank failed, so that all fail together rather
+// than some waiting forever in the next collective.
+Status agree(MPI_Comm comm, Status mine, const char *what) {
+  int local = mine, worst = 0;
+  BC_MPI_CHECK(MPI_Allreduce(&local, &worst, 1, MPI_INT, MPI_MAX, comm));
+  if (worst == BC_OK) return BC_OK;
+  if (mine != BC_OK) return mine;
+  return BC_FAIL(static_cast<Status>(worst), "%s failed on another rank", what);
+}
+
+Status select_transports(bc_comm *c) {
+  const std::string want = c->params.get_str(ParamId::Transport);
+  TransportSetup setup;
+  setup.bootstrap = c->mpi;
+  setup.rank = c->rank;
+  setup.size = c->size;
+  setup.node_of = c->topo.node_of;
+  setup.params = &c->params;
+  bool known = false;
+  for (const TransportKind &kind : transport_kinds()) {
+    if (want != "auto" && want != kind.name) continue;
+    known = true;
+    std::unique_ptr<Transport> t;
+    Status st = kind.create(setup, &t);
+    if (st == BC_ERR_NOT_SUPPORTED && want == "auto") {
+      BC_INFO(Transport, "transport %s is not available here: %s", kind.name, last_error());
+      clear_error();
+      continue;
+    }
+    BC_CHECK(st);
+    c->transports.push_back(std::move(t));
+  }
+  if (!known) {
+    std::string avail;
+    for (const TransportKind &kind : transport_kinds()) avail += std::string(" ") + kind.name;
+    return BC_FAIL(BC_ERR_NOT_SUPPORTED, "BC_TRANSPORT=%s is not in this build (available: auto%s)",
+                   want.c_str(), avail.c_str());
+  }
+  c->peer_transport.assign(c->size, nullptr);
+  for (int peer = 0; peer < c->size; ++peer) {
+    for (auto &t : c->transports) {
+      if (peer == c->rank || t->can_connect(peer, BC_MEM_HOST)) {
+        c->peer_transport[peer] = t.get();
+        break;
+      }
+    }
+    if (!c->peer_transport[peer])
+      return BC_FAIL(BC_ERR_NOT_SUPPORTED, "BC_TRANSPORT=%s cannot reach rank %d from rank %d", want.c_str(),
+                     peer, c->rank);
+  }
+  return BC_OK;
+}
+
+Status comm_setup(bc_comm *c) {
+  BC_CHECK(topo_detect(c->mpi, c->params, &c->topo));
+  c->hier = Hierarchy::build(c->topo);
+  BC_CHECK(algo_parse(c->params.get_str(ParamId::Algo), &c->algo));
+  BC_CHECK(agree(c->mpi, select_transports(c), "transport selection"));
+  if (c->rank == 0 && log_enabled(LogLevel::Info, LogSys::Plan))
+    BC_INFO(Plan, "%s", c->hier.describe(c->size * 1024, 4).c_str());
+  return BC_OK;
+}
+
+}  // namespace
+
+Status api_init(bool quiet_by_default) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  if (g_init_count > 0) {
+    ++g_init_count;
+    return BC_OK;
+  }
+  int mpi_up = 0, mpi_down = 0;
+  MPI_Initialized(&mpi_up);
+  MPI_Finalized(&mpi_down);
+  if (!mpi_up || mpi_down)
+    return BC_FAIL(BC_ERR_NOT_INITIALIZED, "bc_init needs MPI to be initialised (call MPI_Init first)");
+  ParamSet ps;
+  BC_CHECK(ParamSet::from_environment(&ps));
+  const char *bad = nullptr;
+  if (!log_configure(ps.get_str(ParamId::Debug).c_str(), ps.get_str(ParamId::DebugFile).c_str(),
+                     quiet_by_default, &bad))
+    return BC_FAIL(BC_ERR_PARAM, "BC_DEBUG: unknown token '%s'; expected a level (NONE ERROR WARN INFO DEBUG TRACE) "
+                   "or a subsystem (INIT TOPO PLAN SCHED TRANSPORT API PMPI)", bad);
+  int world_rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  log_set_rank(world_rank);
+  g_params = ps;
+  g_init_count = 1;
+  BC_INFO(Init, "BlueConnect %d.%d.%d initialised", BC_VERSION_MAJOR, BC_VERSION_MINOR, BC_VERSION_PATCH);
+  return BC_OK;
+}
+
+Status api_finalize() {
+  std::set<const bc_comm *> leftovers;
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    if (g_init_count == 0) return BC_FAIL(BC_ERR_NOT_INITIALIZED, "bc_finalize without bc_init");
+    if (--g_init_count > 0) return BC_OK;
+    leftovers.swap(g_live);
+  }
+  for (const bc_comm *c : leftovers) {
+    BC_WARN(Api, "bc_finalize: a communicator of %d ranks was not destroyed; freeing it", c->size);
+    bc_comm *m = const_cast<bc_comm *>(c);
+    if (m->mpi != MPI_COMM_NULL) MPI_Comm_free(&m->mpi);
+    m->magic = 0;
+    delete m;
+  }
+  return BC_OK;
+}
+
+bool api_initialized() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return g_init_count > 0;
+}
+
+const ParamSet &global_params() { return g_params; }
+
+Status comm_check(const bc_comm *comm) {
+  if (!comm) return BC_FAIL(BC_ERR_INVALID_COMM, "the communicator is NULL");
+  std::lock_guard<std::mutex> lock(g_mutex);
+  if (g_init_count == 0) return BC_FAIL(BC_ERR_NOT_INITIALIZED, "call bc_init first");
+  if (!g_live.count(comm) || comm->magic != kCommMagic)
+    return BC_FAIL(BC_ERR_INVALID_COMM, "not a live communicator (destroyed, or never created)");
+  return BC_OK;
+}
+
+Status comm_create(MPI_Comm comm, const char *options, bc_comm **out) {
+  if (!out) return BC_FAIL(BC_ERR_INVALID_ARG, "the output pointer is NULL");
+  *out = nullptr;
+  if (!api_initialized()) return BC_FAIL(BC_ERR_NOT_INITIALIZED, "call bc_init before bc_comm_create");
+  if (comm == MPI_COMM_NULL) return BC_FAIL(BC_ERR_INVALID_ARG, "the MPI communicator is MPI_COMM_NULL");
+  int inter = 0;
+  BC_MPI_CHECK(MPI_Comm_test_inter(comm, &inter));
+  if (inter) return BC_FAIL(BC_ERR_NOT_SUPPORTED, "intercommunicators are not supported");
+
+  std::unique_ptr<bc_comm> c(new bc_comm);
+  c->params = global_params();
+  // Bad options fail on every rank alike (every rank must pass the same string).
+  BC_CHECK(c->params.apply_overrides(options));
+  BC_MPI_CHECK(MPI_Comm_dup(comm, &c->mpi));
+  MPI_Comm_set_name(c->mpi, "blueconnect");
+  MPI_Comm_rank(c->mpi, &c->rank);
+  MPI_Comm_size(c->mpi, &c->size);
+  Status st = comm_setup(c.get());
+  if (st != BC_OK) {
+    trail(st, __FILE__, __LINE__);
+    c->transports.clear();
+    MPI_Comm_free(&c->mpi);
+    return st;
+  }
+  c->magic = kCommMagic;
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    g_live.insert(c.get());
+  }
+  *out = c.release();
+  return BC_OK;
+}
+
+Status comm_destroy(bc_comm *comm) {
+  BC_CHECK(comm_check(comm));
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    g_live.erase(comm);
+  }
+  comm->magic = 0;
+  comm->transports.clear();
+  if (comm->mpi != MPI_COMM_NULL) MPI_Comm_free(&comm->mpi);
+  delete comm;
+  return BC_OK;
+}
+
+Status comm_plan(bc_comm *c, CollKind kind, bool average, int64_t count, const Program **out) {
+  bc_comm::PlanKey key{static_cast<int>(kind), average, count};
+  for (auto it = c->plans.begin(); it != c->plans.end(); ++it) {
+    if (it->first == key) {
+      c->plans.splice(c->plans.end(), c->plans, it);  // most recently used last
+      *out = c->plans.back().second.get();
+      return BC_OK;
+    }
+  }
+  std::unique_ptr<Program> prog(new Program);
+  BC_CHECK(build_program(c->hier, c->rank, kind, count, c->algo, average, prog.get()));
+  if (log_enabled(LogLevel::Debug, LogSys::Plan))
+    BC_DEBUGLOG(Plan, "rank %d %s", c->rank, describe_program(*prog, 1).c_str());
+  const size_t max_plans = static_cast<size_t>(std::max<int64_t>(1, c->params.get_int(ParamId::MaxPlanCache)));
+  while (c->plans.size() >= max_plans) c->plans.pop_front();
+  c->plans.emplace_back(key, std::move(prog));
+  *out = c->plans.back().second.get();
+  return BC_OK;
+}
+
+Status comm_run(bc_comm *c, const CollArgs &a) {
+  BC_CHECK(comm_check(c));
+  if (c->broken)
+    return BC_FAIL(BC_ERR_INVALID_COMM, "the communicator is broken by an earlier failure; destroy it");
+  if (a.count < 0)
+    return BC_FAIL(BC_ERR_INVALID_ARG, "count is negative (%lld)", static_cast<long long>(a.count));
+  if (!dtype_is_valid(a.dtype)) return BC_FAIL(BC_ERR_INVALID_ARG, "unknown dtype %d", static_cast<int>(a.dtype));
+  if (a.kind != CollKind::Allgather) BC_CHECK(reduce_check(a.dtype, a.op));
+  if (a.mem < 0 || a.mem >= BC_MEM_COUNT)
+    return BC_FAIL(BC_ERR_INVALID_ARG, "unknown memory type %d", static_cast<int>(a.mem));
+  if (a.mem == BC_MEM_CUDA)
+    return BC_FAIL(BC_ERR_NOT_SUPPORTED, "device buffers need a CUDA build (meson -Dcuda=enabled)");
+  const size_t elem = bc_dtype_size(a.dtype);
+  const int64_t p = c->size;
+  // Elements of the whole work buffer.
+  const int64_t limit = INT64_MAX / static_cast<int64_t>(elem) / p;
+  if (a.count > limit) return BC_FAIL(BC_ERR_INVALID_ARG, "count %lld overflows", static_cast<long long>(a.count));
+  if (a.count == 0) return BC_OK;
+  const bool in_place = a.sendbuf == BC_IN_PLACE || (a.kind == CollKind::Allreduce && a.sendbuf == a.recvbuf);
+  if (!a.recvbuf) return BC_FAIL(BC_ERR_INVALID_ARG, "recvbuf is NULL with count %lld", static_cast<long long>(a.count));
+  if (!a.sendbuf) return BC_FAIL(BC_ERR_INVALID_ARG, "sendbuf is NULL with count %lld (use BC_IN_PLACE for in-place)",
+                                 static_cast<long long>(a.count));
+
+  const int64_t total = a.kind == CollKind::Allreduce ? a.count : a.count * p;
+  const size_t send_bytes = static_cast<size_t>(a.kind == CollKind::Allgather ? a.count : total) * elem;
+  const size_t recv_bytes = static_cast<size_t>(a.kind == CollKind::ReduceScatter ? a.count : total) * elem;
+  if (!in_place) {
+    const auto *s = static_cast<const unsigned char *>(a.sendbuf);
+    const auto *r = static_cast<const unsigned char *>(a.recvbuf);
+    if (s < r + recv_bytes && r < s + send_bytes)
+      return BC_FAIL(BC_ERR_INVALID_ARG, "sendbuf and recvbuf overlap; use BC_IN_PLACE for in-place");
+  }
+
+  const Program *prog = nullptr;
+  BC_CHECK(comm_plan(c, a.kind, a.op == BC_AVG, total, &prog));
+
+  unsigned char *work = nullptr;
+  auto *recv = static_cast<unsigned char *>(a.recvbuf);
+  switch (a.kind) {
+    case CollKind::Allreduce:
+      work = recv;
+      if (!in_place) std::memcpy(work, a.sendbuf, send_bytes);
+      break;
+    case CollKind::ReduceScatter:
+      if (in_place) {
+        work = recv;
+      } else {
+        c->staging.resize(send_bytes);
+        work = c->staging.data();
+        std::memcpy(work, a.sendbuf, send_bytes);
+      }
+      break;
+    case CollKind::Allgather:
+      work = recv;
+      if (!in_place) std::memcpy(work + c->rank * a.count * elem, a.sendbuf, a.count * elem);
+      break;
+  }
+  if (c->scratch.size() < static_cast<size_t>(prog->scratch_elems) * elem)
+    c->scratch.resize(static_cast<size_t>(prog->scratch_elems) * elem);
+
+  ExecContext ctx;
+  ctx.peer_transport = &c->peer_transport;
+  ctx.mem = BC_MEM_HOST;
+  ctx.dtype = a.dtype;
+  ctx.op = a.op == BC_AVG ? BC_SUM : a.op;
+  ctx.nranks = c->size;
+  ctx.timeout_ms = c->params.get_int(ParamId::Timeout);
+  ctx.spin_count = std::max<int64_t>(1, c->params.get_int(ParamId::SpinCount));
+  Execution exec(*prog, ctx, work, c->scratch.data(), c->seq++);
+  Status st = exec.wait();
+  if (st == BC_ERR_TIMEOUT || st == BC_ERR_TRANSPORT || st == BC_ERR_MPI) c->broken = true;
+  BC_CHECK(st);
+  c->last_stage_seconds = exec.stage_seconds();
+  if (a.kind == CollKind::ReduceScatter)
+    std::memmove(recv, work + c->rank * a.count * elem, a.count * elem);
+  return BC_OK;
+}
+
+Status comm_describe(bc_comm *c, int64_t count, bc_dtype_t dtype, std::string *out) {
+  BC_CHECK(comm_check(c));
+  if (count < 0) return BC_FAIL(BC_ERR_INVALID_ARG, "count is negative");
+  if (!dtype_is_valid(dtype)) return BC_FAIL(BC_ERR_INVALID_ARG, "unknown dtype %d", static_cast<int>(dtype));
+  const Program *prog = nullptr;
+  BC_CHECK(comm_plan(c, CollKind::Allreduce, false, count, &prog));
+  std::ostringstream os;
+  os << c->topo.describe() << c->hier.describe(count, bc_dtype_size(dtype));
+  os << "transports:";
+  for (auto &t : c->transports) os << " " << t->name();
+  os << "\nrank " << c->rank << " " << describe_program(*prog, bc_dtype_size(dtype));
+  *out = os.str();
+  return BC_OK;
+}
+
+}  // namespace bc

@@ -1,0 +1,69 @@
+// The communicator behind bc_comm_t, and the library's global state.
+#pragma once
+
+#include <mpi.h>
+
+#include <list>
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "core/params.h"
+#include "plan/plan.h"
+#include "topo/topo.h"
+#include "transports/transport.h"
+
+struct bc_comm {
+  uint64_t magic = 0;
+  MPI_Comm mpi = MPI_COMM_NULL;  // private duplicate: our traffic never meets the caller's
+  int rank = 0;
+  int size = 0;
+  bc::ParamSet params;
+  bc::Topology topo;
+  bc::Hierarchy hier;
+  bc::Algo algo = bc::Algo::Auto;
+  std::vector<std::unique_ptr<bc::Transport>> transports;
+  std::vector<bc::Transport *> peer_transport;  // per rank
+  uint32_t seq = 0;
+  bool broken = false;  // after a timeout or transport failure: refuse further calls
+  std::vector<unsigned char> scratch;
+  std::vector<unsigned char> staging;  // reduce_scatter's full-size work buffer
+  std::vector<double> last_stage_seconds;
+
+  // Plans by (collective, average?, count), least recently used first.
+  using PlanKey = std::tuple<int, bool, int64_t>;
+  std::list<std::pair<PlanKey, std::unique_ptr<bc::Program>>> plans;
+};
+
+namespace bc {
+
+constexpr uint64_t kCommMagic = 0xB1DEC0111EC7ULL;
+
+// Global state.
+Status api_init(bool quiet_by_default);
+Status api_finalize();
+bool api_initialized();
+const ParamSet &global_params();
+
+Status comm_create(MPI_Comm comm, const char *options, bc_comm **out);
+Status comm_destroy(bc_comm *comm);
+// BC_ERR_INVALID_COMM unless `comm` is a live communicator.
+Status comm_check(const bc_comm *comm);
+Status comm_plan(bc_comm *comm, CollKind kind, bool average, int64_t count, const Program **out);
+
+struct CollArgs {
+  CollKind kind;
+  const void *sendbuf;  // BC_IN_PLACE allowed
+  void *recvbuf;
+  int64_t count;        // allreduce: elements; reduce_scatter: recvcount; allgather: sendcount
+  bc_dtype_t dtype;
+  bc_op_t op;           // ignored for allgather
+  bc_memtype_t mem;
+};
+Status comm_run(bc_comm *comm, const CollArgs &args);
+
+Status comm_describe(bc_comm *comm, int64_t count, bc_dtype_t dtype, std::string *out);
+
+}  // namespace bc

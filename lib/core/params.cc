@@ -1,0 +1,241 @@
+#include "core/params.h"
+
+#include <strings.h>
+
+#include <cctype>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+extern char **environ;
+
+namespace bc {
+namespace {
+
+// The registry. Keep the rows in ParamId order; params.cc's unit test checks it.
+const ParamDef kParamDefs[] = {
+    {ParamId::Debug, "BC_DEBUG", ParamType::String, "",
+     nullptr,
+     "Log level and subsystems, comma separated: a level (NONE ERROR WARN INFO DEBUG TRACE) "
+     "and/or subsystems (INIT TOPO PLAN SCHED TRANSPORT API PMPI). 'PLAN' alone prints each "
+     "plan at INFO. Default: warnings and errors (nothing at all under the PMPI preload)."},
+    {ParamId::DebugFile, "BC_DEBUG_FILE", ParamType::String, "", nullptr,
+     "Write log lines to this file instead of stderr; %h = host, %p = pid, %r = world rank."},
+    {ParamId::Topo, "BC_TOPO", ParamType::String, "", nullptr,
+     "Virtual hierarchy, fastest level first, grouping ranks in rank order. '2x2x2': 2 ranks per "
+     "node, 2 nodes per rack, 2 racks. Levels are separated by 'x' or '/'; a level is one number "
+     "(every unit the same) or a comma list of unit sizes ('3,2,3' = nodes of 3, 2 and 3 ranks). "
+     "The top level may be left out: the remaining units form one group. Empty: detect nodes "
+     "with MPI_COMM_TYPE_SHARED, then BC_TOPO_FILE and BC_TOPO_INTRA."},
+    {ParamId::TopoFile, "BC_TOPO_FILE", ParamType::String, "", nullptr,
+     "Levels above the node: a file of lines 'HOSTNAME GROUP [GROUP2 ...]' (e.g. 'node07 rack1 "
+     "row0'); '#' starts a comment. Each column adds one level, slower than the last. Every host "
+     "of the job must be listed."},
+    {ParamId::TopoIntra, "BC_TOPO_INTRA", ParamType::Enum, "none", "none|package|numa",
+     "Add a level inside the node from the hwloc tree: ranks bound to the same package (socket) "
+     "or NUMA node form a group. Ranks that are not bound within one such object ignore it."},
+    {ParamId::Transport, "BC_TRANSPORT", ParamType::Enum, "auto", "auto|mpi|ucx|shm",
+     "Transport for every stage. auto: the best available per stage; a forced transport that "
+     "cannot serve a stage is an error at communicator creation."},
+    {ParamId::Algo, "BC_ALGO", ParamType::Enum, "auto", "auto|ring|rhd|direct",
+     "Algorithm for every stage: ring, recursive halving/doubling (power-of-two groups) or direct "
+     "exchange. auto: rhd for power-of-two groups, else ring. A forced algorithm whose "
+     "preconditions fail for a group is an error."},
+    {ParamId::Timeout, "BC_TIMEOUT", ParamType::Seconds, "120s", nullptr,
+     "A collective that waits longer than this for a peer fails with BC_ERR_TIMEOUT and marks "
+     "the communicator broken. Units: ms, s, m; a bare number is seconds. 0 waits forever."},
+    {ParamId::SpinCount, "BC_SPIN_COUNT", ParamType::Int, "64", nullptr,
+     "Progress polls without any completion before the waiting thread yields the core "
+     "(sched_yield). Keep it low when ranks outnumber cores."},
+    {ParamId::MaxPlanCache, "BC_PLAN_CACHE", ParamType::Int, "32", nullptr,
+     "Plans kept per communicator (one per element count and collective)."},
+    {ParamId::Disable, "BC_DISABLE", ParamType::Bool, "0", nullptr,
+     "PMPI preload: 1 passes every call straight to the MPI library."},
+};
+static_assert(sizeof(kParamDefs) / sizeof(kParamDefs[0]) == static_cast<size_t>(ParamId::Count),
+              "one row per ParamId");
+
+std::string trim(const std::string &s) {
+  size_t b = 0, e = s.size();
+  while (b < e && std::isspace(static_cast<unsigned char>(s[b]))) ++b;
+  while (e > b && std::isspace(static_cast<unsigned char>(s[e - 1]))) --e;
+  return s.substr(b, e - b);
+}
+
+bool parse_int(const std::string &text, int64_t *out) {
+  if (text.empty()) return false;
+  char *end = nullptr;
+  errno = 0;
+  long long v = std::strtoll(text.c_str(), &end, 10);
+  if (errno != 0 || *end != '\0') return false;
+  *out = v;
+  return true;
+}
+
+}  // namespace
+
+bool parse_bytes(const std::string &raw, int64_t *out) {
+  std::string text = trim(raw);
+  if (text.empty()) return false;
+  int64_t mult = 1;
+  char last = static_cast<char>(std::toupper(static_cast<unsigned char>(text.back())));
+  if (last == 'B' && text.size() > 1) {
+    text.pop_back();
+    last = static_cast<char>(std::toupper(static_cast<unsigned char>(text.back())));
+  }
+  if (last == 'K') mult = 1024;
+  else if (last == 'M') mult = 1024 * 1024;
+  else if (last == 'G') mult = 1024LL * 1024 * 1024;
+  if (mult != 1) text.pop_back();
+  int64_t v = 0;
+  if (!parse_int(text, &v) || v < 0 || v > (INT64_MAX / mult)) return false;
+  *out = v * mult;
+  return true;
+}
+
+bool parse_duration_ms(const std::string &raw, int64_t *out) {
+  std::string text = trim(raw);
+  int64_t mult = 1000;
+  auto ends_with = [&](const char *suf) {
+    size_t n = std::strlen(suf);
+    return text.size() > n && strcasecmp(text.c_str() + text.size() - n, suf) == 0;
+  };
+  if (ends_with("ms")) { mult = 1; text.resize(text.size() - 2); }
+  else if (ends_with("s")) { mult = 1000; text.resize(text.size() - 1); }
+  else if (ends_with("m")) { mult = 60000; text.resize(text.size() - 1); }
+  int64_t v = 0;
+  if (!parse_int(text, &v) || v < 0 || v > INT64_MAX / mult) return false;
+  *out = v * mult;
+  return true;
+}
+
+const ParamDef &param_def(ParamId id) { return kParamDefs[static_cast<int>(id)]; }
+
+const ParamDef *param_find(const char *name) {
+  for (const ParamDef &d : kParamDefs)
+    if (std::strcmp(d.name, name) == 0) return &d;
+  return nullptr;
+}
+
+ParamSet::ParamSet() {
+  for (const ParamDef &d : kParamDefs) {
+    Status st = set(d.id, d.default_value, "default");
+    (void)st;  // defaults are checked by the unit test
+    set_[static_cast<int>(d.id)] = false;
+  }
+}
+
+Status ParamSet::set(ParamId id, const std::string &raw, const char *origin) {
+  const ParamDef &d = param_def(id);
+  const int i = static_cast<int>(id);
+  std::string text = trim(raw);
+  int64_t v = 0;
+  switch (d.type) {
+    case ParamType::Int:
+      if (!parse_int(text, &v) || v < 0)
+        return BC_FAIL(BC_ERR_PARAM, "%s=%s (%s): expected a non-negative integer", d.name,
+                       raw.c_str(), origin);
+      break;
+    case ParamType::Bytes:
+      if (!parse_bytes(text, &v))
+        return BC_FAIL(BC_ERR_PARAM, "%s=%s (%s): expected a size such as 4096, 64K, 1M", d.name,
+                       raw.c_str(), origin);
+      break;
+    case ParamType::Seconds:
+      if (!parse_duration_ms(text, &v))
+        return BC_FAIL(BC_ERR_PARAM, "%s=%s (%s): expected a duration such as 30, 30s, 500ms, 2m",
+                       d.name, raw.c_str(), origin);
+      break;
+    case ParamType::Bool:
+      if (text == "1" || strcasecmp(text.c_str(), "yes") == 0 || strcasecmp(text.c_str(), "true") == 0)
+        v = 1;
+      else if (text == "0" || text.empty() || strcasecmp(text.c_str(), "no") == 0 ||
+               strcasecmp(text.c_str(), "false") == 0)
+        v = 0;
+      else
+        return BC_FAIL(BC_ERR_PARAM, "%s=%s (%s): expected 0 or 1", d.name, raw.c_str(), origin);
+      break;
+    case ParamType::Enum: {
+      std::string choices = d.choices;
+      bool ok = false;
+      size_t pos = 0;
+      int index = 0;
+      while (pos <= choices.size()) {
+        size_t bar = choices.find('|', pos);
+        std::string c = choices.substr(pos, bar == std::string::npos ? std::string::npos : bar - pos);
+        if (strcasecmp(c.c_str(), text.c_str()) == 0) { ok = true; v = index; text = c; break; }
+        if (bar == std::string::npos) break;
+        pos = bar + 1;
+        ++index;
+      }
+      if (!ok)
+        return BC_FAIL(BC_ERR_PARAM, "%s=%s (%s): expected one of %s", d.name, raw.c_str(),
+                       origin, d.choices);
+      break;
+    }
+    case ParamType::String:
+      break;
+  }
+  text_[i] = text;
+  value_[i] = v;
+  set_[i] = true;
+  return BC_OK;
+}
+
+Status ParamSet::from_environment(ParamSet *out) {
+  ParamSet ps;
+  for (const ParamDef &d : kParamDefs) {
+    const char *env = std::getenv(d.name);
+    if (env) BC_CHECK(ps.set(d.id, env, "environment"));
+  }
+  // A misspelt knob is a silent no-op otherwise: name it.
+  for (char **e = environ; e && *e; ++e) {
+    if (std::strncmp(*e, "BC_", 3) != 0) continue;
+    std::string name(*e, std::strcspn(*e, "="));
+    if (!param_find(name.c_str()))
+      return BC_FAIL(BC_ERR_PARAM, "unknown parameter %s in the environment (bc_info --params lists them)",
+                     name.c_str());
+  }
+  *out = ps;
+  return BC_OK;
+}
+
+Status ParamSet::apply_overrides(const char *options) {
+  if (!options) return BC_OK;
+  std::string s = options;
+  size_t pos = 0;
+  while (pos < s.size()) {
+    size_t semi = s.find(';', pos);
+    std::string item = trim(s.substr(pos, semi == std::string::npos ? std::string::npos : semi - pos));
+    pos = semi == std::string::npos ? s.size() : semi + 1;
+    if (item.empty()) continue;
+    size_t eq = item.find('=');
+    if (eq == std::string::npos)
+      return BC_FAIL(BC_ERR_INVALID_ARG, "option '%s': expected KEY=VALUE", item.c_str());
+    std::string key = trim(item.substr(0, eq));
+    const ParamDef *d = param_find(key.c_str());
+    if (!d) return BC_FAIL(BC_ERR_INVALID_ARG, "option '%s': unknown parameter %s", item.c_str(), key.c_str());
+    BC_CHECK(set(d->id, item.substr(eq + 1), "communicator option"));
+  }
+  return BC_OK;
+}
+
+int64_t ParamSet::get_int(ParamId id) const { return value_[static_cast<int>(id)]; }
+const std::string &ParamSet::get_str(ParamId id) const { return text_[static_cast<int>(id)]; }
+
+std::string ParamSet::describe() const {
+  std::string out;
+  for (const ParamDef &d : kParamDefs) {
+    const int i = static_cast<int>(d.id);
+    out += d.name;
+    out += " = '" + text_[i] + "'";
+    out += set_[i] ? " (set)" : " (default)";
+    if (d.choices) out += std::string(" [") + d.choices + "]";
+    out += "\n    ";
+    out += d.doc;
+    out += "\n";
+  }
+  return out;
+}
+
+}  // namespace bc

@@ -1,0 +1,146 @@
+/*
+ * BlueConnect: hierarchical all-reduce for heterogeneous networks.
+ *
+ * The C API. Every function returns a bc_status_t; on failure bc_last_error()
+ * gives a readable message with the trail of where it came from. No C++
+ * exception ever crosses this boundary.
+ *
+ * In-place convention (as MPI, with BC_IN_PLACE in place of MPI_IN_PLACE):
+ *   bc_allreduce       sendbuf == BC_IN_PLACE or sendbuf == recvbuf:
+ *                      recvbuf holds the input and receives the result.
+ *   bc_reduce_scatter  sendbuf == BC_IN_PLACE: recvbuf holds the full input
+ *                      (p * recvcount elements); the result is written to
+ *                      its first recvcount elements.
+ *   bc_allgather       sendbuf == BC_IN_PLACE: this rank's contribution is
+ *                      already at recvbuf + rank * count elements.
+ *
+ * Memory type: buffers are host memory unless the library was built with
+ * CUDA and the pointer is a device pointer (detected per call), or the _mem
+ * variants declare it.
+ */
+#ifndef BLUECONNECT_H
+#define BLUECONNECT_H
+
+#include <stddef.h>
+#include <stdio.h>
+#include <stdint.h>
+#include <mpi.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define BC_VERSION_MAJOR 0
+#define BC_VERSION_MINOR 1
+#define BC_VERSION_PATCH 0
+
+typedef enum {
+  BC_OK = 0,
+  BC_ERR_INVALID_ARG = 1,     /* a bad argument: null buffer, negative count, ... */
+  BC_ERR_NOT_SUPPORTED = 2,   /* valid, but not supported (e.g. avg on integers) */
+  BC_ERR_NO_MEMORY = 3,
+  BC_ERR_NOT_INITIALIZED = 4, /* bc_init not called, or after bc_finalize */
+  BC_ERR_INVALID_COMM = 5,    /* null, destroyed or broken communicator */
+  BC_ERR_TOPOLOGY = 6,        /* BC_TOPO / topology file syntax or mismatch */
+  BC_ERR_PARAM = 7,           /* a BC_* parameter has an invalid value */
+  BC_ERR_TRANSPORT = 8,       /* a transport failed (UCX, shm, MPI p2p) */
+  BC_ERR_TIMEOUT = 9,         /* a peer did not answer within BC_TIMEOUT */
+  BC_ERR_MPI = 10,            /* an MPI call failed */
+  BC_ERR_INTERNAL = 11,       /* a bug: please report with BC_DEBUG=INFO output */
+  BC_ERR_IN_PROGRESS = 12,    /* bc_test: the operation has not completed yet */
+  BC_STATUS_COUNT
+} bc_status_t;
+
+typedef enum {
+  BC_FLOAT32 = 0,
+  BC_FLOAT64,
+  BC_FLOAT16,  /* IEEE binary16 */
+  BC_BFLOAT16, /* bfloat16 */
+  BC_INT8,
+  BC_UINT8,
+  BC_INT32,
+  BC_UINT32,
+  BC_INT64,
+  BC_UINT64,
+  BC_DTYPE_COUNT
+} bc_dtype_t;
+
+typedef enum {
+  BC_SUM = 0,
+  BC_PROD,
+  BC_MIN,
+  BC_MAX,
+  BC_AVG,  /* sum, then divide by the communicator size; floating types only */
+  BC_BAND, /* bitwise and; integer types only */
+  BC_BOR,  /* bitwise or; integer types only */
+  BC_BXOR, /* bitwise xor; integer types only */
+  BC_OP_COUNT
+} bc_op_t;
+
+typedef enum {
+  BC_MEM_AUTO = 0, /* detect per call (host unless a CUDA pointer) */
+  BC_MEM_HOST,
+  BC_MEM_CUDA,
+  BC_MEM_COUNT
+} bc_memtype_t;
+
+/* Marks an in-place call; see the convention above. */
+#define BC_IN_PLACE ((const void *)(intptr_t)-1)
+
+typedef struct bc_comm *bc_comm_t;
+
+/* Library lifecycle. bc_init reads every BC_* parameter once; an invalid value
+ * fails here with BC_ERR_PARAM. MPI must be initialised first. Calls nest:
+ * each bc_init needs one bc_finalize. */
+bc_status_t bc_init(void);
+bc_status_t bc_finalize(void);
+
+/* Communicators. Collective over `comm`. The library duplicates `comm`, so
+ * its traffic never mixes with the caller's. */
+bc_status_t bc_comm_create(MPI_Comm comm, bc_comm_t *out);
+/* As bc_comm_create, with per-communicator parameter overrides:
+ * "BC_TOPO=2x2;BC_TRANSPORT=mpi". Keys are the BC_* parameter names. NULL or
+ * "" means none. Every rank must pass the same string. */
+bc_status_t bc_comm_create_with(MPI_Comm comm, const char *options, bc_comm_t *out);
+/* Collective. Sets *comm to NULL. */
+bc_status_t bc_comm_destroy(bc_comm_t *comm);
+bc_status_t bc_comm_rank(bc_comm_t comm, int *rank);
+bc_status_t bc_comm_size(bc_comm_t comm, int *size);
+
+/* Collectives. Counts are in elements; a negative count is an error. */
+bc_status_t bc_allreduce(const void *sendbuf, void *recvbuf, int64_t count,
+                         bc_dtype_t dtype, bc_op_t op, bc_comm_t comm);
+/* Equal blocks: the input has p * recvcount elements, rank r receives block r. */
+bc_status_t bc_reduce_scatter(const void *sendbuf, void *recvbuf, int64_t recvcount,
+                              bc_dtype_t dtype, bc_op_t op, bc_comm_t comm);
+/* Each rank gives `count` elements; recvbuf gets p * count, in rank order. */
+bc_status_t bc_allgather(const void *sendbuf, void *recvbuf, int64_t count,
+                         bc_dtype_t dtype, bc_comm_t comm);
+
+/* The same, with the memory type of the buffers declared. */
+bc_status_t bc_allreduce_mem(const void *sendbuf, void *recvbuf, int64_t count,
+                             bc_dtype_t dtype, bc_op_t op, bc_memtype_t mem,
+                             bc_comm_t comm);
+
+/* Errors and names. The strings are static or thread-local; never free them. */
+const char *bc_strerror(bc_status_t status);
+/* The last error on this thread, with its trail; "" when none. */
+const char *bc_last_error(void);
+const char *bc_dtype_name(bc_dtype_t dtype);
+const char *bc_op_name(bc_op_t op);
+/* Bytes per element, 0 for an unknown dtype. */
+size_t bc_dtype_size(bc_dtype_t dtype);
+
+/* A printable description of the communicator's topology and of the plan it
+ * uses for `count` elements of `dtype`. Writes at most `len` bytes including
+ * the terminating NUL into `buf`; *needed gets the full length + 1. */
+bc_status_t bc_comm_describe(bc_comm_t comm, int64_t count, bc_dtype_t dtype,
+                             char *buf, size_t len, size_t *needed);
+
+/* Prints every BC_* parameter with its value, default and documentation. */
+bc_status_t bc_print_params(FILE *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* BLUECONNECT_H */

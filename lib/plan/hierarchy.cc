@@ -1,0 +1,115 @@
+// Levels -> stages -> groups.
+//
+// Every unit of level l-1 (a rank, for l = 1) holds the same set of slots, one
+// active rank per slot. Stage l groups, per level-l unit U and slot t, the rank
+// holding t in each child of U. With q = the fewest children any level-l unit
+// has, members 0..q-1 of each group become the owners of slots t.0 .. t.(q-1);
+// members q.. (only in uneven layouts) fold into owner (index mod q) and drop
+// out. So every level-l unit again holds the same slots, and the next level
+// lines up, whatever the layout. Even layouts have no extras: this is then
+// exactly BlueConnect's p1 x p2 x ... x pk decomposition.
+#include <map>
+#include <sstream>
+
+#include "plan/plan.h"
+
+namespace bc {
+
+Hierarchy Hierarchy::build(const Topology &topo) {
+  Hierarchy h;
+  h.nranks = topo.nranks;
+  using Path = std::vector<int>;
+  // held[u]: slot path -> rank, for each unit of the current level.
+  std::vector<std::map<Path, int>> held(topo.nranks);
+  for (int r = 0; r < topo.nranks; ++r) held[r][Path{}] = r;
+
+  for (int l = 1; l <= topo.levels(); ++l) {
+    const auto children = topo.children(l);
+    size_t q = SIZE_MAX, most = 0;
+    for (const auto &c : children) {
+      q = std::min(q, c.size());
+      most = std::max(most, c.size());
+    }
+    std::vector<std::map<Path, int>> next(children.size());
+    if (most <= 1) {  // nothing to combine at this level
+      for (size_t u = 0; u < children.size(); ++u) next[u] = held[children[u][0]];
+      held = std::move(next);
+      continue;
+    }
+    StageGroups sg;
+    sg.level = l;
+    sg.owners = static_cast<int>(q);
+    sg.group_of.assign(topo.nranks, -1);
+    sg.index_of.assign(topo.nranks, -1);
+    std::vector<int> slot(topo.nranks, -1);
+    for (size_t u = 0; u < children.size(); ++u) {
+      // Every child holds the same slots; walk the first child's.
+      for (const auto &entry : held[children[u][0]]) {
+        const Path &t = entry.first;
+        std::vector<int> members;
+        for (int c : children[u]) members.push_back(held[c].at(t));
+        const int g = static_cast<int>(sg.groups.size());
+        for (size_t i = 0; i < members.size(); ++i) {
+          sg.group_of[members[i]] = g;
+          sg.index_of[members[i]] = static_cast<int>(i);
+          if (i < q) {
+            Path t2 = t;
+            t2.push_back(static_cast<int>(i));
+            next[u][t2] = members[i];
+            slot[members[i]] = static_cast<int>(i);
+          }
+        }
+        sg.groups.push_back(std::move(members));
+      }
+    }
+    h.stages.push_back(std::move(sg));
+    h.slot.push_back(std::move(slot));
+    held = std::move(next);
+  }
+  return h;
+}
+
+Range Hierarchy::range_before(int stage, int rank, int64_t count) const {
+  Range r{0, count};
+  for (int s = 0; s < stage; ++s) {
+    if (slot[s][rank] < 0) return Range{0, 0};
+    r = sub_block(r, stages[s].owners, slot[s][rank]);
+  }
+  return r;
+}
+
+Range Hierarchy::final_range(int rank, int64_t count) const {
+  return range_before(static_cast<int>(stages.size()), rank, count);
+}
+
+std::string Hierarchy::describe(int64_t count, size_t elem_size) const {
+  std::ostringstream os;
+  os << "plan: " << stages.size() << " reduce-scatter stage(s), then the same in reverse as all-gather; "
+     << count << " elements (" << count * static_cast<int64_t>(elem_size) << " bytes)\n";
+  for (size_t s = 0; s < stages.size(); ++s) {
+    const StageGroups &sg = stages[s];
+    int extras = 0;
+    for (const auto &g : sg.groups) extras += static_cast<int>(g.size()) - sg.owners;
+    // The range a member of group 0 splits, for sizes.
+    const int first = sg.groups[0][0];
+    const Range in = range_before(static_cast<int>(s), first, count);
+    os << "  stage " << s + 1 << " (level " << sg.level << "): " << sg.groups.size()
+       << " parallel group(s), " << sg.owners << " owner(s) each";
+    if (extras) os << ", " << extras << " extra rank(s) fold in";
+    os << "; per rank " << in.count << " -> ~" << in.count / sg.owners << " elements\n    groups:";
+    for (size_t g = 0; g < sg.groups.size() && g < 32; ++g) {
+      os << " {";
+      for (size_t i = 0; i < sg.groups[g].size(); ++i) {
+        if (i) os << ",";
+        os << sg.groups[g][i];
+        if (static_cast<int>(i) >= sg.owners) os << "*";
+      }
+      os << "}";
+    }
+    if (sg.groups.size() > 32) os << " ...";
+    os << (extras ? "  (* = folds into owner index mod " + std::to_string(sg.owners) + ")" : "") << "\n";
+  }
+  return os.str();
+}
+
+}  // namespace bc

@@ -1,0 +1,112 @@
+// Plans: what every rank sends, receives and reduces, as pure data.
+//
+// A Hierarchy (built once per communicator from the Topology) lists the stages:
+// stage i groups, for every level-i unit and every slot, the ranks that hold
+// that slot in each child unit. The first `owners` members of a group split the
+// group's range between them; the rest ("extras", only in uneven layouts) fold
+// their data into an owner first and get the result back last.
+//
+// A Program (built per collective and element count) is one rank's list of
+// Steps. A Step posts all its receives and sends at once, waits for them, then
+// reduces what it received in a fixed order, so the reduction order of every
+// element is fixed by the plan and every rank gets identical bits.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/blocks.h"
+#include "core/status.h"
+#include "topo/topo.h"
+
+namespace bc {
+
+enum class Algo : uint8_t { Auto = 0, Ring, Rhd, Direct };
+const char *algo_name(Algo a);
+Status algo_parse(const std::string &text, Algo *out);
+
+enum class CollKind : uint8_t { Allreduce = 0, ReduceScatter, Allgather };
+
+struct StageGroups {
+  int level = 0;   // 1-based topology level
+  int owners = 0;  // q: members that own a part of the range after this stage
+  std::vector<std::vector<int>> groups;  // member ranks in child order
+  std::vector<int> group_of;     // per rank: its group, -1 when inactive here
+  std::vector<int> index_of;     // per rank: its index in that group
+};
+
+struct Hierarchy {
+  int nranks = 0;
+  std::vector<StageGroups> stages;  // reduce-scatter order: fastest level first
+  // slot[s][r]: rank r's digit after stage s (its index among the owners), -1
+  // when r is not an owner there.
+  std::vector<std::vector<int>> slot;
+  // Build from a topology. Stages in which every group has one member are left out.
+  static Hierarchy build(const Topology &topo);
+  // The range rank r owns after all reduce-scatter stages (count 0 when it owns
+  // none: an extra somewhere).
+  Range final_range(int rank, int64_t count) const;
+  // The range rank r holds going into stage s (before its reduce-scatter).
+  Range range_before(int stage, int rank, int64_t count) const;
+  std::string describe(int64_t count, size_t elem_size) const;
+};
+
+enum class Combine : uint8_t { Copy = 0, Reduce };
+
+struct Xfer {
+  int peer = -1;
+  Range range;  // elements of the work buffer
+};
+
+struct Step {
+  uint32_t tag = 0;       // unique within a Program; both sides use the same
+  int stage = -1;         // hierarchy stage, for per-stage timing; -1 for others
+  Combine combine = Combine::Copy;
+  std::vector<Xfer> sends;
+  std::vector<Xfer> recvs;  // Reduce: received into scratch, reduced in this order
+  bool finish_avg = false;  // after the step: divide `avg_range` by the size
+  Range avg_range;
+};
+
+struct Program {
+  CollKind kind = CollKind::Allreduce;
+  int64_t count = 0;          // elements of the work buffer
+  std::vector<Step> steps;
+  int64_t scratch_elems = 0;  // scratch needed by the largest Reduce step
+  std::vector<Algo> stage_algos;  // the algorithm each stage ended up with
+};
+
+// The inputs an algorithm needs for one group of one stage, as seen by one rank.
+struct GroupCtx {
+  const std::vector<int> *members;  // the owners' ranks (extras excluded)
+  int me;                           // my index among the owners
+  Range range;                      // the range the group splits
+  uint32_t tag_base;                // tags tag_base .. tag_base + 4095 are this stage's
+  int stage;
+};
+
+// One algorithm: reduce-scatter among `owners` (owner j ends with sub_block(range,
+// q, j) reduced) and the matching all-gather. NotSupported when its
+// preconditions fail.
+struct AlgoImpl {
+  Algo id;
+  const char *name;
+  const char *description;
+  Status (*reduce_scatter)(const GroupCtx &ctx, std::vector<Step> *out);
+  Status (*all_gather)(const GroupCtx &ctx, std::vector<Step> *out);
+};
+extern const AlgoImpl kAlgoRing;
+extern const AlgoImpl kAlgoRhd;
+extern const AlgoImpl kAlgoDirect;
+
+// Builds rank `rank`'s program. `algo` Auto picks per group; a forced algorithm
+// that cannot serve a group fails with BC_ERR_NOT_SUPPORTED.
+// ReduceScatter: count = p * recvcount (equal blocks, rank order).
+// Allgather: count = p * sendcount.
+Status build_program(const Hierarchy &h, int rank, CollKind kind, int64_t count, Algo algo,
+                     bool average, Program *out);
+
+std::string describe_program(const Program &p, size_t elem_size);
+
+}  // namespace bc

@@ -1,0 +1,41 @@
+// Element-wise reductions: dst[i] = dst[i] OP src[i].
+//
+// Host kernels are plain loops over typed pointers that GCC vectorises at -O3.
+// fp16 and bf16 are widened to float, combined, and rounded back to the
+// nearest even after every single combination (see docs/REDUCTIONS.md), so a
+// result depends on the order of combination only as float arithmetic does.
+// BC_AVG reduces as BC_SUM; the owner of each block divides once at the end
+// (reduce_finish_avg), so every rank gets the same bits.
+#pragma once
+
+#include <cstdint>
+
+#include "blueconnect.h"
+#include "core/status.h"
+
+namespace bc {
+
+bool dtype_is_floating(bc_dtype_t dtype);
+bool dtype_is_valid(bc_dtype_t dtype);
+bool op_is_valid(bc_op_t op);
+
+// BC_OK when (dtype, op) is a supported pair; otherwise a failure with a message
+// (BC_ERR_INVALID_ARG for unknown values, BC_ERR_NOT_SUPPORTED for e.g. avg on
+// integers or bitwise ops on floats).
+Status reduce_check(bc_dtype_t dtype, bc_op_t op);
+
+// dst[i] = dst[i] OP src[i], i < count. dst and src must not overlap unless
+// equal. `mem` says where both live; only BC_MEM_HOST is implemented now.
+Status reduce_into(void *dst, const void *src, int64_t count, bc_dtype_t dtype, bc_op_t op,
+                   bc_memtype_t mem);
+
+// For BC_AVG: buf[i] /= divisor, rounded once to the dtype.
+Status reduce_finish_avg(void *buf, int64_t count, bc_dtype_t dtype, int divisor, bc_memtype_t mem);
+
+// IEEE binary16 and bfloat16 conversions, round to nearest even; NaN stays NaN.
+float half_to_float(uint16_t h);
+uint16_t float_to_half(float f);
+float bf16_to_float(uint16_t b);
+uint16_t float_to_bf16(float f);
+
+}  // namespace bc

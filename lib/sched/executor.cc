@@ -1,0 +1,159 @@
+#include "sched/executor.h"
+
+#include <sched.h>
+
+#include <sstream>
+
+#include "core/log.h"
+#include "reduce/reduce.h"
+
+namespace bc {
+
+using Clock = std::chrono::steady_clock;
+
+Execution::Execution(const Program &prog, const ExecContext &ctx, void *work, void *scratch, uint32_t seq)
+    : prog_(prog),
+      ctx_(ctx),
+      work_(static_cast<unsigned char *>(work)),
+      scratch_(static_cast<unsigned char *>(scratch)),
+      elem_(bc_dtype_size(ctx.dtype)),
+      // Programs use tags below 2^20; the sequence number keeps back-to-back
+      // collectives apart.
+      seq_bits_((seq & 0x7FF) << 20),
+      stage_seconds_(prog.stage_algos.size(), 0.0) {}
+
+Execution::~Execution() { cancel_all(); }
+
+void Execution::cancel_all() {
+  for (size_t i = 0; i < reqs_.size(); ++i)
+    if (reqs_[i].active && !req_done_[i]) reqs_[i].transport->cancel(&reqs_[i]);
+  reqs_.clear();
+}
+
+Status Execution::post_step() {
+  const Step &st = prog_.steps[step_];
+  reqs_.assign(st.recvs.size() + st.sends.size(), TransportRequest{});
+  req_done_.assign(reqs_.size(), 0);
+  remaining_ = reqs_.size();
+  size_t i = 0;
+  int64_t scratch_off = 0;
+  // Receives first, so that a peer's eager send finds its buffer.
+  for (const Xfer &x : st.recvs) {
+    unsigned char *dst;
+    if (st.combine == Combine::Reduce) {
+      dst = scratch_ + scratch_off * elem_;
+      scratch_off += x.range.count;
+    } else {
+      dst = work_ + x.range.offset * elem_;
+    }
+    Transport *t = (*ctx_.peer_transport)[x.peer];
+    BC_CHECK(t->post_recv(x.peer, dst, x.range.count * elem_, ctx_.mem, st.tag | seq_bits_, &reqs_[i++]));
+  }
+  for (const Xfer &x : st.sends) {
+    Transport *t = (*ctx_.peer_transport)[x.peer];
+    BC_CHECK(t->post_send(x.peer, work_ + x.range.offset * elem_, x.range.count * elem_, ctx_.mem,
+                          st.tag | seq_bits_, &reqs_[i++]));
+  }
+  posted_ = true;
+  step_start_ = Clock::now();
+  return BC_OK;
+}
+
+Status Execution::finish_step() {
+  const Step &st = prog_.steps[step_];
+  if (st.combine == Combine::Reduce) {
+    // In the order the plan lists them: a fixed order, so every run and every
+    // rank combines each element the same way.
+    int64_t scratch_off = 0;
+    for (const Xfer &x : st.recvs) {
+      BC_CHECK(reduce_into(work_ + x.range.offset * elem_, scratch_ + scratch_off * elem_, x.range.count,
+                           ctx_.dtype, ctx_.op, ctx_.mem));
+      scratch_off += x.range.count;
+    }
+  }
+  if (st.finish_avg)
+    BC_CHECK(reduce_finish_avg(work_ + st.avg_range.offset * elem_, st.avg_range.count, ctx_.dtype,
+                               ctx_.nranks, ctx_.mem));
+  if (st.stage >= 0)
+    stage_seconds_[st.stage] += std::chrono::duration<double>(Clock::now() - step_start_).count();
+  reqs_.clear();
+  posted_ = false;
+  ++step_;
+  return BC_OK;
+}
+
+Status Execution::progress(bool *done) {
+  while (step_ < prog_.steps.size()) {
+    if (!posted_) BC_CHECK(post_step());
+    for (size_t i = 0; i < reqs_.size() && remaining_ > 0; ++i) {
+      if (req_done_[i]) continue;
+      bool d = false;
+      BC_CHECK(reqs_[i].transport->test(&reqs_[i], &d));
+      if (d) {
+        req_done_[i] = 1;
+        --remaining_;
+      }
+    }
+    if (remaining_ > 0) {
+      *done = false;
+      return BC_OK;
+    }
+    BC_CHECK(finish_step());
+  }
+  *done = true;
+  return BC_OK;
+}
+
+std::string Execution::pending_peers() const {
+  std::ostringstream os;
+  if (step_ >= prog_.steps.size()) return "none";
+  const Step &st = prog_.steps[step_];
+  size_t i = 0;
+  for (const Xfer &x : st.recvs) {
+    if (i < req_done_.size() && !req_done_[i]) os << " recv from rank " << x.peer << " (" << x.range.count * elem_ << " B)";
+    ++i;
+  }
+  for (const Xfer &x : st.sends) {
+    if (i < req_done_.size() && !req_done_[i]) os << " send to rank " << x.peer << " (" << x.range.count * elem_ << " B)";
+    ++i;
+  }
+  return os.str();
+}
+
+Status Execution::wait() {
+  int64_t idle_polls = 0;
+  size_t last_step = SIZE_MAX, last_remaining = SIZE_MAX;
+  Clock::time_point last_move = Clock::now();
+  for (;;) {
+    bool done = false;
+    Status st = progress(&done);
+    if (st != BC_OK) {
+      cancel_all();
+      BC_CHECK(st);
+    }
+    if (done) return BC_OK;
+    if (step_ != last_step || remaining_ != last_remaining) {
+      last_step = step_;
+      last_remaining = remaining_;
+      last_move = Clock::now();
+      idle_polls = 0;
+      continue;
+    }
+    if (++idle_polls >= ctx_.spin_count) {
+      idle_polls = 0;
+      sched_yield();
+      if (ctx_.timeout_ms > 0 &&
+          std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - last_move).count() >
+              ctx_.timeout_ms) {
+        std::string who = pending_peers();
+        const Step &s = prog_.steps[step_];
+        cancel_all();
+        return BC_FAIL(BC_ERR_TIMEOUT,
+                       "no progress for %lld ms (BC_TIMEOUT) in step %zu of %zu (stage %d), still waiting for:%s",
+                       static_cast<long long>(ctx_.timeout_ms), step_, prog_.steps.size(), s.stage + 1, who.c_str());
+      }
+    }
+  }
+}
+
+}  // namespace bc

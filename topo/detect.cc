@@ -1,0 +1,187 @@
+#include "topo/detect.h"
+
+#include <hwloc.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "core/log.h"
+
+namespace bc {
+namespace {
+
+constexpr int kMaxKeys = 8;
+
+// What each rank contributes to the one allgather.
+struct TopoRecord {
+  int32_t status;       // BC_OK, or this rank's failure code
+  int32_t nkeys;
+  int64_t node_leader;  // smallest rank on this rank's node
+  uint64_t settings_hash;  // BC_TOPO / BC_TOPO_FILE / BC_TOPO_INTRA must agree
+  int64_t keys[kMaxKeys];
+};
+
+uint64_t fnv1a(const std::string &s, uint64_t h = 1469598103934665603ULL) {
+  for (unsigned char c : s) { h ^= c; h *= 1099511628211ULL; }
+  return h;
+}
+
+// The package or NUMA node that this process is bound inside; -1 when its
+// binding spans several (e.g. --bind-to none).
+Status hwloc_key(const std::string &kind, int64_t *key) {
+  *key = -1;
+  hwloc_topology_t topo;
+  if (hwloc_topology_init(&topo) != 0 || hwloc_topology_load(topo) != 0)
+    return BC_FAIL(BC_ERR_TOPOLOGY, "hwloc could not load this machine's topology");
+  hwloc_bitmap_t set = hwloc_bitmap_alloc();
+  if (hwloc_get_cpubind(topo, set, HWLOC_CPUBIND_PROCESS) == 0) {
+    hwloc_obj_type_t type = kind == "numa" ? HWLOC_OBJ_NUMANODE : HWLOC_OBJ_PACKAGE;
+    int n = hwloc_get_nbobjs_by_type(topo, type);
+    for (int i = 0; i < n; ++i) {
+      hwloc_obj_t obj = hwloc_get_obj_by_type(topo, type, i);
+      if (obj->cpuset && hwloc_bitmap_isincluded(set, obj->cpuset)) {
+        *key = static_cast<int64_t>(obj->logical_index);
+        break;
+      }
+    }
+  }
+  hwloc_bitmap_free(set);
+  hwloc_topology_destroy(topo);
+  return BC_OK;
+}
+
+// The group columns of this host's line in BC_TOPO_FILE.
+Status topo_file_keys(const std::string &path, std::vector<int64_t> *keys, int *ncols) {
+  std::ifstream in(path);
+  if (!in) return BC_FAIL(BC_ERR_TOPOLOGY, "BC_TOPO_FILE=%s: cannot open the file", path.c_str());
+  char host[256] = "";
+  gethostname(host, sizeof host - 1);
+  std::string line;
+  int lineno = 0;
+  *ncols = -1;
+  bool found = false;
+  while (std::getline(in, line)) {
+    ++lineno;
+    line = line.substr(0, line.find('#'));
+    std::istringstream ls(line);
+    std::string name, group;
+    if (!(ls >> name)) continue;
+    std::vector<int64_t> cols;
+    while (ls >> group) cols.push_back(static_cast<int64_t>(fnv1a(group) >> 1));
+    if (cols.empty())
+      return BC_FAIL(BC_ERR_TOPOLOGY, "BC_TOPO_FILE=%s:%d: '%s' has no group; expected 'HOSTNAME GROUP [GROUP2 ...]'",
+                     path.c_str(), lineno, name.c_str());
+    if (*ncols >= 0 && static_cast<int>(cols.size()) != *ncols)
+      return BC_FAIL(BC_ERR_TOPOLOGY, "BC_TOPO_FILE=%s:%d: every line needs the same number of groups (%d)",
+                     path.c_str(), lineno, *ncols);
+    *ncols = static_cast<int>(cols.size());
+    if (name == host) { *keys = cols; found = true; }
+  }
+  if (*ncols > kMaxKeys - 2)
+    return BC_FAIL(BC_ERR_TOPOLOGY, "BC_TOPO_FILE=%s: at most %d group columns", path.c_str(), kMaxKeys - 2);
+  if (!found)
+    return BC_FAIL(BC_ERR_TOPOLOGY, "BC_TOPO_FILE=%s: this host (%s) is not listed", path.c_str(), host);
+  return BC_OK;
+}
+
+// This rank's keys, innermost level first, without collectives other than the
+// node split (which every rank makes).
+Status node_leader_of(MPI_Comm comm, int64_t *leader) {
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm node;
+  BC_MPI_CHECK(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node));
+  int node_leader = rank;
+  int rc = MPI_Bcast(&node_leader, 1, MPI_INT, 0, node);
+  MPI_Comm_free(&node);
+  BC_MPI_CHECK(rc);
+  *leader = node_leader;
+  return BC_OK;
+}
+
+Status local_keys(const ParamSet &params, int64_t node_leader, std::vector<int64_t> *keys,
+                  std::vector<std::string> *names) {
+  const std::string intra = params.get_str(ParamId::TopoIntra);
+  if (intra != "none") {
+    int64_t k = -1;
+    BC_CHECK(hwloc_key(intra, &k));
+    keys->push_back(k);
+    names->push_back(intra);
+  }
+  keys->push_back(node_leader);
+  names->push_back("node");
+  const std::string file = params.get_str(ParamId::TopoFile);
+  if (!file.empty()) {
+    std::vector<int64_t> cols;
+    int ncols = 0;
+    BC_CHECK(topo_file_keys(file, &cols, &ncols));
+    for (size_t i = 0; i < cols.size(); ++i) {
+      keys->push_back(cols[i]);
+      names->push_back(i == 0 ? "rack" : "level" + std::to_string(i + 2));
+    }
+  }
+  return BC_OK;
+}
+
+}  // namespace
+
+Status topo_detect(MPI_Comm comm, const ParamSet &params, Topology *out) {
+  int rank = 0, size = 0;
+  BC_MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  BC_MPI_CHECK(MPI_Comm_size(comm, &size));
+  const std::string spec = params.get_str(ParamId::Topo);
+
+  TopoRecord mine;
+  std::memset(&mine, 0, sizeof mine);
+  mine.settings_hash = fnv1a(spec + "|" + params.get_str(ParamId::TopoFile) + "|" +
+                             params.get_str(ParamId::TopoIntra));
+  std::vector<int64_t> keys;
+  std::vector<std::string> names;
+  // Every rank takes part in the node split, so a failure is recorded, not returned.
+  Status st = node_leader_of(comm, &mine.node_leader);
+  if (st == BC_OK && spec.empty()) st = local_keys(params, mine.node_leader, &keys, &names);
+  if (st != BC_OK) mine.status = st;
+  mine.nkeys = static_cast<int32_t>(keys.size());
+  for (size_t i = 0; i < keys.size() && i < kMaxKeys; ++i) mine.keys[i] = keys[i];
+
+  std::vector<TopoRecord> all(size);
+  BC_MPI_CHECK(MPI_Allgather(&mine, sizeof mine, MPI_BYTE, all.data(), sizeof mine, MPI_BYTE, comm));
+
+  for (int r = 0; r < size; ++r) {
+    if (all[r].status != BC_OK) {
+      if (r == rank) return static_cast<Status>(all[r].status);  // keeps this rank's own message
+      return BC_FAIL(static_cast<Status>(all[r].status), "topology detection failed on rank %d", r);
+    }
+    if (all[r].settings_hash != mine.settings_hash)
+      return BC_FAIL(BC_ERR_TOPOLOGY,
+                     "rank %d has different BC_TOPO/BC_TOPO_FILE/BC_TOPO_INTRA settings than rank %d; "
+                     "every rank must use the same", r, rank);
+    if (all[r].nkeys != mine.nkeys)
+      return BC_FAIL(BC_ERR_TOPOLOGY, "rank %d found %d topology levels, rank %d found %d", r,
+                     all[r].nkeys, rank, mine.nkeys);
+  }
+
+  Topology t;
+  if (!spec.empty()) {
+    BC_CHECK(topo_parse(spec, size, &t));
+  } else {
+    std::vector<std::vector<int64_t>> allkeys(size);
+    for (int r = 0; r < size; ++r) allkeys[r].assign(all[r].keys, all[r].keys + all[r].nkeys);
+    BC_CHECK(topo_from_keys(allkeys, names, &t));
+    t.source = "MPI_COMM_TYPE_SHARED";
+    if (!params.get_str(ParamId::TopoFile).empty()) t.source += " + BC_TOPO_FILE";
+    if (params.get_str(ParamId::TopoIntra) != "none") t.source += " + hwloc " + params.get_str(ParamId::TopoIntra);
+  }
+  t.node_of.resize(size);
+  for (int r = 0; r < size; ++r) t.node_of[r] = all[r].node_leader;
+  if (rank == 0) BC_INFO(Topo, "%s", t.describe().c_str());
+  if (t.uneven() || t.noncontiguous())
+    BC_DEBUGLOG(Topo, "layout is%s%s; the plan folds extra ranks into the hierarchy",
+                t.uneven() ? " uneven" : "", t.noncontiguous() ? " non-contiguous" : "");
+  *out = std::move(t);
+  return BC_OK;
+}
+
+}  // namespace bc

@@ -1,0 +1,74 @@
+// The transport interface: a small table of operations, chosen per peer.
+//
+// A transport moves the bytes it is given to the peer it is given; it knows
+// nothing of stages or plans. Creation is collective over the communicator's
+// bootstrap MPI_Comm (that is where addresses are exchanged); everything after
+// that is point-to-point and non-blocking.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "blueconnect.h"
+#include "core/params.h"
+#include "core/status.h"
+
+namespace bc {
+
+class Transport;
+
+// One posted send or receive. Transports keep their own state in `slot`.
+struct TransportRequest {
+  Transport *transport = nullptr;
+  int peer = -1;
+  bool active = false;
+  alignas(8) unsigned char slot[64];
+};
+
+// What a transport is told at creation. `node_of[r]` identifies rank r's node
+// (equal values = same node), so a transport can tell which peers it can reach.
+struct TransportSetup {
+  MPI_Comm bootstrap = MPI_COMM_NULL;  // private to the library; collective calls allowed
+  int rank = 0;
+  int size = 0;
+  std::vector<int64_t> node_of;
+  const ParamSet *params = nullptr;
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;  // free: releases every resource
+  virtual const char *name() const = 0;
+  // Whether this transport can reach `peer` with buffers of memory type `mem`.
+  virtual bool can_connect(int peer, bc_memtype_t mem) const = 0;
+  // Prepares the connection to `peer` (local, idempotent).
+  virtual Status connect(int peer) = 0;
+  virtual Status post_send(int peer, const void *buf, size_t bytes, bc_memtype_t mem, uint32_t tag,
+                           TransportRequest *req) = 0;
+  virtual Status post_recv(int peer, void *buf, size_t bytes, bc_memtype_t mem, uint32_t tag,
+                           TransportRequest *req) = 0;
+  // Advances `req`; *done becomes true once its buffer may be reused.
+  virtual Status test(TransportRequest *req, bool *done) = 0;
+  // Abandons a request after a failure or timeout (best effort).
+  virtual void cancel(TransportRequest *req) = 0;
+};
+
+// The table of transports, in order of preference for a peer.
+struct TransportKind {
+  const char *name;
+  // Collective over setup.bootstrap. Returns NotSupported (on every rank) when the
+  // transport cannot run here.
+  Status (*create)(const TransportSetup &setup, std::unique_ptr<Transport> *out);
+};
+
+// All transports this build knows, most preferred first.
+const std::vector<TransportKind> &transport_kinds();
+
+Status mpi_transport_create(const TransportSetup &setup, std::unique_ptr<Transport> *out);
+
+}  // namespace bc
