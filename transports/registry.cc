@@ -4,6 +4,10 @@ namespace bc {
 
 const std::vector<TransportKind> &transport_kinds() {
   static const std::vector<TransportKind> kinds = {
+      // Per peer, the first that can reach it wins: shared memory inside a node,
+      // UCX across nodes, MPI point-to-point for anything else.
+      {"shm", shm_transport_create},
+      {"ucx", ucx_transport_create},
       {"mpi", mpi_transport_create},
   };
   return kinds;

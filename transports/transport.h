@@ -69,6 +69,8 @@ struct TransportKind {
 // All transports this build knows, most preferred first.
 const std::vector<TransportKind> &transport_kinds();
 
+Status shm_transport_create(const TransportSetup &setup, std::unique_ptr<Transport> *out);
+Status ucx_transport_create(const TransportSetup &setup, std::unique_ptr<Transport> *out);
 Status mpi_transport_create(const TransportSetup &setup, std::unique_ptr<Transport> *out);
 
 }  // namespace bc

@@ -51,6 +51,19 @@ const ParamDef kParamDefs[] = {
      "Plans kept per communicator (one per element count and collective)."},
     {ParamId::Disable, "BC_DISABLE", ParamType::Bool, "0", nullptr,
      "PMPI preload: 1 passes every call straight to the MPI library."},
+    {ParamId::PmpiStats, "BC_PMPI_STATS", ParamType::String, "", nullptr,
+     "PMPI preload: at MPI_Finalize, write how many calls of each collective BlueConnect served "
+     "and how many it passed to MPI (and why) to this file; %r = world rank, %p = pid, '-' = stderr."},
+    {ParamId::PmpiMinBytes, "BC_PMPI_MIN_BYTES", ParamType::Bytes, "0", nullptr,
+     "PMPI preload: messages smaller than this go to the MPI library unchanged."},
+    {ParamId::ShmMode, "BC_SHM_MODE", ParamType::Enum, "auto", "auto|cma|copy",
+     "Shared-memory transport: cma = single copy with process_vm_readv; copy = through the "
+     "shared segment (two copies); auto = cma where the kernel allows it, else copy."},
+    {ParamId::ShmChunk, "BC_SHM_CHUNK", ParamType::Bytes, "256K", nullptr,
+     "Shared-memory transport: bytes per chunk of a copied message (copy mode)."},
+    {ParamId::UcxWait, "BC_UCX_WAIT", ParamType::Enum, "yield", "yield|event",
+     "UCX transport, when a wait finds nothing to do: yield the core (sched_yield), or sleep on "
+     "the worker's event fd (ucp_worker_arm) until the network wakes it."},
 };
 static_assert(sizeof(kParamDefs) / sizeof(kParamDefs[0]) == static_cast<size_t>(ParamId::Count),
               "one row per ParamId");

@@ -25,6 +25,11 @@ enum class ParamId : int {
   SpinCount,    // BC_SPIN_COUNT
   MaxPlanCache, // BC_PLAN_CACHE
   Disable,      // BC_DISABLE (PMPI layer)
+  PmpiStats,    // BC_PMPI_STATS
+  PmpiMinBytes, // BC_PMPI_MIN_BYTES
+  ShmMode,      // BC_SHM_MODE
+  ShmChunk,     // BC_SHM_CHUNK
+  UcxWait,      // BC_UCX_WAIT
   Count
 };
 
