@@ -34,7 +34,15 @@ extern "C" {
 #define BC_VERSION_MINOR 1
 #define BC_VERSION_PATCH 0
 
-typedef enum {
+/* In C++ the enums get int as their fixed underlying type, so any int a C
+ * caller passes is a valid value there and is checked, not undefined. */
+#ifdef __cplusplus
+#define BC_ENUM_BASE : int
+#else
+#define BC_ENUM_BASE
+#endif
+
+typedef enum BC_ENUM_BASE {
   BC_OK = 0,
   BC_ERR_INVALID_ARG = 1,     /* a bad argument: null buffer, negative count, ... */
   BC_ERR_NOT_SUPPORTED = 2,   /* valid, but not supported (e.g. avg on integers) */
@@ -51,7 +59,7 @@ typedef enum {
   BC_STATUS_COUNT
 } bc_status_t;
 
-typedef enum {
+typedef enum BC_ENUM_BASE {
   BC_FLOAT32 = 0,
   BC_FLOAT64,
   BC_FLOAT16,  /* IEEE binary16 */
@@ -65,7 +73,7 @@ typedef enum {
   BC_DTYPE_COUNT
 } bc_dtype_t;
 
-typedef enum {
+typedef enum BC_ENUM_BASE {
   BC_SUM = 0,
   BC_PROD,
   BC_MIN,
@@ -77,7 +85,7 @@ typedef enum {
   BC_OP_COUNT
 } bc_op_t;
 
-typedef enum {
+typedef enum BC_ENUM_BASE {
   BC_MEM_AUTO = 0, /* detect per call (host unless a CUDA pointer) */
   BC_MEM_HOST,
   BC_MEM_CUDA,
@@ -136,6 +144,13 @@ size_t bc_dtype_size(bc_dtype_t dtype);
  * the terminating NUL into `buf`; *needed gets the full length + 1. */
 bc_status_t bc_comm_describe(bc_comm_t comm, int64_t count, bc_dtype_t dtype,
                              char *buf, size_t len, size_t *needed);
+
+/* Seconds each hierarchy stage took (its reduce-scatter plus all-gather steps)
+ * in this rank's last collective that moved data (count > 0), in stage order.
+ * Copies at most `max` values into `seconds` (may be NULL when max is 0) and
+ * sets *nstages to the number of stages: 0 before the first such collective and
+ * when the plan has no stages (one rank). For bc_bench --stages. */
+bc_status_t bc_comm_stage_times(bc_comm_t comm, double *seconds, int max, int *nstages);
 
 /* Prints every BC_* parameter with its value, default and documentation. */
 bc_status_t bc_print_params(FILE *out);
