@@ -149,6 +149,19 @@ bc_status_t bc_comm_describe(bc_comm_t comm, int64_t count, bc_dtype_t dtype, ch
   });
 }
 
+bc_status_t bc_comm_stage_times(bc_comm_t comm, double *seconds, int max, int *nstages) {
+  return guarded("bc_comm_stage_times", [&]() -> bc_status_t {
+    BC_CHECK(bc::comm_check(comm));
+    if (!nstages) return BC_FAIL(BC_ERR_INVALID_ARG, "nstages is NULL");
+    if (max < 0) return BC_FAIL(BC_ERR_INVALID_ARG, "max is negative (%d)", max);
+    if (max > 0 && !seconds) return BC_FAIL(BC_ERR_INVALID_ARG, "seconds is NULL with max %d", max);
+    const std::vector<double> &t = comm->last_stage_seconds;
+    for (size_t i = 0; i < t.size() && i < static_cast<size_t>(max); ++i) seconds[i] = t[i];
+    *nstages = static_cast<int>(t.size());
+    return BC_OK;
+  });
+}
+
 bc_status_t bc_print_params(FILE *out) {
   return guarded("bc_print_params", [&]() -> bc_status_t {
     if (!out) return BC_FAIL(BC_ERR_INVALID_ARG, "out is NULL");

@@ -6,6 +6,8 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
+#include <algorithm>
 
 extern char **environ;
 
@@ -83,6 +85,22 @@ bool parse_int(const std::string &text, int64_t *out) {
   if (errno != 0 || *end != '\0') return false;
   *out = v;
   return true;
+}
+
+// Levenshtein distance, for "did you mean".
+size_t edit_distance(const std::string &a, const std::string &b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
 }
 
 }  // namespace
@@ -201,13 +219,17 @@ Status ParamSet::from_environment(ParamSet *out) {
     const char *env = std::getenv(d.name);
     if (env) BC_CHECK(ps.set(d.id, env, "environment"));
   }
-  // A misspelt knob is a silent no-op otherwise: name it.
+  // A misspelt knob would be a silent no-op: refuse a name one or two edits away
+  // from a real one. Other BC_ names (our scripts' BC_SIMCLUSTER_STATE, say) are
+  // not ours to judge.
   for (char **e = environ; e && *e; ++e) {
     if (std::strncmp(*e, "BC_", 3) != 0) continue;
     std::string name(*e, std::strcspn(*e, "="));
-    if (!param_find(name.c_str()))
-      return BC_FAIL(BC_ERR_PARAM, "unknown parameter %s in the environment (bc_info --params lists them)",
-                     name.c_str());
+    if (param_find(name.c_str())) continue;
+    for (const ParamDef &d : kParamDefs)
+      if (edit_distance(name, d.name) <= 2)
+        return BC_FAIL(BC_ERR_PARAM, "unknown parameter %s in the environment; did you mean %s? "
+                       "(bc_info --params lists them)", name.c_str(), d.name);
   }
   *out = ps;
   return BC_OK;

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The MPI test suite across simulated hosts: 3 hosts, 7 ranks placed 3+3+1
+# (uneven), real MPI_COMM_TYPE_SHARED nodes, traffic between hosts on shaped
+# links. Skips (exit 77, with the reason) where this machine cannot make
+# namespaces. Uses its own namespace prefix and state, so it never touches a
+# cluster a person has up.
+# Usage: mpi_on_simcluster.sh SIMCLUSTER MPI_TESTS XML_OUT [catch args...]
+set -u
+sc=$1 tests=$2 xml=$3
+shift 3
+export BC_SIMCLUSTER_PREFIX=bctest BC_SIMCLUSTER_STATE=/run/bc-simcluster-test
+if ! reason=$("$sc" check 2>&1); then
+  echo "skipped: cannot make a simulated cluster here: $reason"
+  exit 77
+fi
+trap '"$sc" down >/dev/null 2>&1' EXIT
+"$sc" down >/dev/null 2>&1
+"$sc" up --nodes 3 --slots 3 --bw 1gbit --delay 50us || { echo "simcluster up failed"; exit 1; }
+forward=()
+for v in BC_TRANSPORT BC_DEBUG BC_TIMEOUT; do [ -n "${!v:-}" ] && forward+=(-x "$v"); done
+"$sc" run "${forward[@]}" -np 7 "$tests" -r xml -o "$xml" "$@"
+rc=$?
+"$sc" down || { echo "simcluster down left something behind"; exit 1; }
+trap - EXIT
+exit $rc

@@ -1,0 +1,136 @@
+// bc_info: the library's version, its BC_* parameters, and (under mpirun, or
+// as a singleton) the detected topology and the plans for a few sizes.
+//
+//   bc_info                  version, parameters, topology, plans for 4K 1M 64M
+//   bc_info --params         only the parameters
+//   bc_info --plan SIZE      topology and the plan for SIZE bytes (repeatable)
+//   bc_info --options S      per-communicator overrides, e.g. "BC_TOPO=2x2"
+#include <mpi.h>
+
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "bc_config.h"
+#include "bench_args.h"
+#include "blueconnect.h"
+
+namespace {
+
+const char kUsage[] =
+    "Usage: [mpirun -np N] bc_info [--params] [--plan SIZE]... [-t DTYPE] [--options \"BC_NAME=v;...\"]\n"
+    "  (no option)    version, BC_* parameters, topology, and the plans for 4K, 1M and 64M\n"
+    "  --params       only the BC_* parameters (value, default, documentation)\n"
+    "  --plan SIZE    topology and the all-reduce plan for SIZE bytes (K M G suffixes; repeatable)\n"
+    "  -t DTYPE       element type for --plan (default float32)\n"
+    "  --options S    communicator overrides, as bc_comm_create_with: \"BC_TOPO=2x2;BC_ALGO=ring\"\n"
+    "  -h, --help     this text\n";
+
+int finish(int code) {
+  MPI_Finalize();
+  return code;
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+  MPI_Init(&argc, &argv);
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+
+  bool params_only = false;
+  std::vector<int64_t> plans;
+  std::string options;
+  bc_dtype_t dtype = BC_FLOAT32;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    const char *next = i + 1 < argc ? argv[i + 1] : nullptr;
+    int64_t bytes = 0;
+    if (a == "-h" || a == "--help") {
+      if (rank == 0) std::fputs(kUsage, stdout);
+      return finish(0);
+    } else if (a == "--params") {
+      params_only = true;
+    } else if (a == "--plan" && next && bcbench::parse_bytes(next, &bytes)) {
+      plans.push_back(bytes);
+      ++i;
+    } else if (a == "--options" && next) {
+      options = argv[++i];
+    } else if (a == "-t" && next) {
+      bool found = false;
+      for (int t = 0; t < BC_DTYPE_COUNT && !found; ++t)
+        if (std::strcmp(next, bc_dtype_name(static_cast<bc_dtype_t>(t))) == 0)
+          dtype = static_cast<bc_dtype_t>(t), found = true;
+      if (!found) {
+        if (rank == 0) std::fprintf(stderr, "bc_info: unknown dtype '%s'\n%s", next, kUsage);
+        return finish(2);
+      }
+      ++i;
+    } else {
+      if (rank == 0)
+        std::fprintf(stderr, "bc_info: bad argument '%s'%s\n%s", argv[i],
+                     (a == "--plan" || a == "--options" || a == "-t") ? " (missing or bad value)" : "", kUsage);
+      return finish(2);
+    }
+  }
+
+  bc_status_t st = bc_init();
+  if (st != BC_OK) {
+    if (rank == 0) std::fprintf(stderr, "bc_info: bc_init failed: %s\n", bc_last_error());
+    return finish(1);
+  }
+  if (rank == 0) {
+    if (!params_only)
+      std::printf("BlueConnect %s (header %d.%d.%d), CUDA support: %s\n\nParameters:\n", BC_VERSION,
+                  BC_VERSION_MAJOR, BC_VERSION_MINOR, BC_VERSION_PATCH, BC_HAVE_CUDA ? "yes" : "no");
+    bc_print_params(stdout);
+  }
+  if (params_only) {
+    bc_finalize();
+    return finish(0);
+  }
+
+  bc_comm_t comm = nullptr;
+  st = bc_comm_create_with(MPI_COMM_WORLD, options.c_str(), &comm);
+  if (st != BC_OK) {
+    if (rank == 0) std::fprintf(stderr, "bc_info: bc_comm_create failed: %s\n", bc_last_error());
+    bc_finalize();
+    return finish(1);
+  }
+  if (plans.empty()) plans = {4 << 10, 1 << 20, 64 << 20};
+  int code = 0;
+  if (rank == 0) {
+    std::printf("\nTopology and plans (%d rank(s)%s%s):\n", size, options.empty() ? "" : ", options ",
+                options.c_str());
+    const size_t elem = bc_dtype_size(dtype);
+    for (size_t k = 0; k < plans.size(); ++k) {
+      const int64_t bytes = plans[k];
+      const int64_t count = bytes / static_cast<int64_t>(elem);
+      size_t needed = 0;
+      std::string text;
+      if (bc_comm_describe(comm, count, dtype, nullptr, 0, &needed) == BC_OK) {
+        text.resize(needed);
+        st = bc_comm_describe(comm, count, dtype, &text[0], needed, &needed);
+      } else {
+        st = BC_ERR_INTERNAL;
+      }
+      if (st != BC_OK) {
+        std::fprintf(stderr, "bc_info: bc_comm_describe failed: %s\n", bc_last_error());
+        code = 1;
+        break;
+      }
+      text.resize(std::strlen(text.c_str()));
+      // The topology is the same for every size: show it once.
+      const size_t plan_at = text.find("plan:");
+      if (k > 0 && plan_at != std::string::npos) text.erase(0, plan_at);
+      std::printf("\n== all-reduce of %s B (%lld x %s) ==\n%s%s", bcbench::format_bytes(bytes).c_str(),
+                  static_cast<long long>(count), bc_dtype_name(dtype), text.c_str(),
+                  text.empty() || text.back() == '\n' ? "" : "\n");
+    }
+  }
+  bc_comm_destroy(&comm);
+  bc_finalize();
+  return finish(code);
+}
