@@ -97,6 +97,29 @@ bc_status_t bc_allgather(const void *sendbuf, void *recvbuf, int64_t count, bc_d
              comm);
 }
 
+bc_status_t bc_iallreduce(const void *sendbuf, void *recvbuf, int64_t count, bc_dtype_t dtype, bc_op_t op,
+                          bc_comm_t comm, bc_request_t *request) {
+  return guarded("bc_iallreduce", [&] {
+    return bc::comm_start_allreduce(
+        comm, {bc::CollKind::Allreduce, sendbuf, recvbuf, count, dtype, op, BC_MEM_AUTO}, request);
+  });
+}
+
+bc_status_t bc_test(bc_request_t *request, int *done) {
+  return guarded("bc_test", [&]() -> bc_status_t {
+    if (!done) return BC_FAIL(BC_ERR_INVALID_ARG, "done is NULL");
+    bool d = false;
+    *done = 0;
+    BC_CHECK(bc::request_progress(request, false, &d));
+    *done = d ? 1 : 0;
+    return BC_OK;
+  });
+}
+
+bc_status_t bc_wait(bc_request_t *request) {
+  return guarded("bc_wait", [&] { return bc::request_progress(request, true, nullptr); });
+}
+
 const char *bc_strerror(bc_status_t status) {
   switch (status) {
     case BC_OK: return "success";

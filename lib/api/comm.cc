@@ -7,7 +7,8 @@
 
 #include "core/log.h"
 #include "reduce/reduce.h"
-#include "sched/executor.h"
+#include "core/blocks.h"
+#include "sched/operation.h"
 #include "topo/detect.h"
 
 namespace bc {
@@ -179,6 +180,9 @@ Status comm_create(MPI_Comm comm, const char *options, bc_comm **out) {
 
 Status comm_destroy(bc_comm *comm) {
   BC_CHECK(comm_check(comm));
+  if (comm->inflight > 0)
+    return BC_FAIL(BC_ERR_INVALID_ARG, "%d non-blocking operation(s) still in flight; complete them with bc_wait first",
+                   comm->inflight);
   {
     std::lock_guard<std::mutex> lock(g_mutex);
     g_live.erase(comm);
@@ -190,27 +194,31 @@ Status comm_destroy(bc_comm *comm) {
   return BC_OK;
 }
 
-Status comm_plan(bc_comm *c, CollKind kind, bool average, int64_t count, const Program **out) {
+Status comm_plan(bc_comm *c, CollKind kind, bool average, int64_t count, std::shared_ptr<const Program> *out) {
   bc_comm::PlanKey key{static_cast<int>(kind), average, count};
   for (auto it = c->plans.begin(); it != c->plans.end(); ++it) {
     if (it->first == key) {
       c->plans.splice(c->plans.end(), c->plans, it);  // most recently used last
-      *out = c->plans.back().second.get();
+      *out = c->plans.back().second;
       return BC_OK;
     }
   }
-  std::unique_ptr<Program> prog(new Program);
+  std::shared_ptr<Program> prog(new Program);
   BC_CHECK(build_program(c->hier, c->rank, kind, count, c->algo, average, prog.get()));
   if (log_enabled(LogLevel::Debug, LogSys::Plan))
     BC_DEBUGLOG(Plan, "rank %d %s", c->rank, describe_program(*prog, 1).c_str());
   const size_t max_plans = static_cast<size_t>(std::max<int64_t>(1, c->params.get_int(ParamId::MaxPlanCache)));
   while (c->plans.size() >= max_plans) c->plans.pop_front();
-  c->plans.emplace_back(key, std::move(prog));
-  *out = c->plans.back().second.get();
+  c->plans.emplace_back(key, prog);
+  *out = prog;
   return BC_OK;
 }
 
-Status comm_run(bc_comm *c, const CollArgs &a) {
+namespace {
+
+// Checks the arguments, places the input in the work buffer and builds the
+// started Operation. *work_out: the work buffer (for reduce_scatter's finish).
+Status start(bc_comm *c, const CollArgs &a, std::unique_ptr<Operation> *op_out, unsigned char **work_out) {
   BC_CHECK(comm_check(c));
   if (c->broken)
     return BC_FAIL(BC_ERR_INVALID_COMM, "the communicator is broken by an earlier failure; destroy it");
@@ -224,7 +232,6 @@ Status comm_run(bc_comm *c, const CollArgs &a) {
     return BC_FAIL(BC_ERR_NOT_SUPPORTED, "device buffers need a CUDA build (meson -Dcuda=enabled)");
   const size_t elem = bc_dtype_size(a.dtype);
   const int64_t p = c->size;
-  // Elements of the whole work buffer.
   const int64_t limit = INT64_MAX / static_cast<int64_t>(elem) / p;
   if (a.count > limit) return BC_FAIL(BC_ERR_INVALID_ARG, "count %lld overflows", static_cast<long long>(a.count));
   if (a.count == 0) return BC_OK;
@@ -243,8 +250,18 @@ Status comm_run(bc_comm *c, const CollArgs &a) {
       return BC_FAIL(BC_ERR_INVALID_ARG, "sendbuf and recvbuf overlap; use BC_IN_PLACE for in-place");
   }
 
-  const Program *prog = nullptr;
-  BC_CHECK(comm_plan(c, a.kind, a.op == BC_AVG, total, &prog));
+  // Only the all-reduce is cut into chunks: reduce_scatter and allgather tie
+  // blocks to ranks across the whole buffer.
+  int64_t nchunks = 1;
+  const int64_t chunk_bytes = c->params.get_int(ParamId::Chunk);
+  if (a.kind == CollKind::Allreduce && chunk_bytes > 0) {
+    const int64_t chunk_elems = std::max<int64_t>(1, chunk_bytes / static_cast<int64_t>(elem));
+    nchunks = (total + chunk_elems - 1) / chunk_elems;
+  }
+  std::shared_ptr<const Program> big, small;
+  BC_CHECK(comm_plan(c, a.kind, a.op == BC_AVG, block_count(total, nchunks, 0), &big));
+  small = big;
+  if (total % nchunks != 0) BC_CHECK(comm_plan(c, a.kind, a.op == BC_AVG, total / nchunks, &small));
 
   unsigned char *work = nullptr;
   auto *recv = static_cast<unsigned char *>(a.recvbuf);
@@ -267,8 +284,6 @@ Status comm_run(bc_comm *c, const CollArgs &a) {
       if (!in_place) std::memcpy(work + c->rank * a.count * elem, a.sendbuf, a.count * elem);
       break;
   }
-  if (c->scratch.size() < static_cast<size_t>(prog->scratch_elems) * elem)
-    c->scratch.resize(static_cast<size_t>(prog->scratch_elems) * elem);
 
   ExecContext ctx;
   ctx.peer_transport = &c->peer_transport;
@@ -278,13 +293,71 @@ Status comm_run(bc_comm *c, const CollArgs &a) {
   ctx.nranks = c->size;
   ctx.timeout_ms = c->params.get_int(ParamId::Timeout);
   ctx.spin_count = std::max<int64_t>(1, c->params.get_int(ParamId::SpinCount));
-  Execution exec(*prog, ctx, work, c->scratch.data(), c->seq++);
-  Status st = exec.wait();
+  const int depth = static_cast<int>(std::max<int64_t>(1, c->params.get_int(ParamId::PipelineDepth)));
+  op_out->reset(new Operation(ctx, work, total, nchunks, depth, big, small, c->seq));
+  c->seq += static_cast<uint32_t>(nchunks);
+  *work_out = work;
+  return BC_OK;
+}
+
+void mark_broken_on(bc_comm *c, Status st) {
   if (st == BC_ERR_TIMEOUT || st == BC_ERR_TRANSPORT || st == BC_ERR_MPI) c->broken = true;
+}
+
+}  // namespace
+
+Status comm_run(bc_comm *c, const CollArgs &a) {
+  std::unique_ptr<Operation> op;
+  unsigned char *work = nullptr;
+  BC_CHECK(start(c, a, &op, &work));
+  if (!op) return BC_OK;  // nothing to move
+  Status st = op->wait();
+  mark_broken_on(c, st);
   BC_CHECK(st);
-  c->last_stage_seconds = exec.stage_seconds();
-  if (a.kind == CollKind::ReduceScatter)
-    std::memmove(recv, work + c->rank * a.count * elem, a.count * elem);
+  c->last_stage_seconds = op->stage_seconds();
+  if (a.kind == CollKind::ReduceScatter) {
+    const size_t elem = bc_dtype_size(a.dtype);
+    std::memmove(a.recvbuf, work + c->rank * a.count * elem, a.count * elem);
+  }
+  return BC_OK;
+}
+
+Status comm_start_allreduce(bc_comm *c, const CollArgs &a, bc_request **out) {
+  if (!out) return BC_FAIL(BC_ERR_INVALID_ARG, "the request pointer is NULL");
+  *out = nullptr;
+  std::unique_ptr<bc_request> req(new bc_request);
+  unsigned char *work = nullptr;
+  BC_CHECK(start(c, a, &req->op, &work));
+  req->magic = kRequestMagic;
+  req->comm = c;
+  if (req->op) ++c->inflight;
+  *out = req.release();
+  return BC_OK;
+}
+
+Status request_progress(bc_request **reqp, bool block, bool *done) {
+  if (!reqp || !*reqp) return BC_FAIL(BC_ERR_INVALID_ARG, "the request is NULL");
+  bc_request *req = *reqp;
+  if (req->magic != kRequestMagic) return BC_FAIL(BC_ERR_INVALID_ARG, "not a live request");
+  Status st = BC_OK;
+  bool finished = true;
+  if (req->op) {
+    BC_CHECK(comm_check(req->comm));
+    st = block ? req->op->wait() : req->op->progress(&finished);
+    if (block) finished = true;
+  }
+  if (st != BC_OK || finished) {
+    if (req->op) {
+      --req->comm->inflight;
+      mark_broken_on(req->comm, st);
+      if (st == BC_OK) req->comm->last_stage_seconds = req->op->stage_seconds();
+    }
+    req->magic = 0;
+    delete req;
+    *reqp = nullptr;
+  }
+  if (done) *done = finished;
+  BC_CHECK(st);
   return BC_OK;
 }
 
@@ -292,7 +365,7 @@ Status comm_describe(bc_comm *c, int64_t count, bc_dtype_t dtype, std::string *o
   BC_CHECK(comm_check(c));
   if (count < 0) return BC_FAIL(BC_ERR_INVALID_ARG, "count is negative");
   if (!dtype_is_valid(dtype)) return BC_FAIL(BC_ERR_INVALID_ARG, "unknown dtype %d", static_cast<int>(dtype));
-  const Program *prog = nullptr;
+  std::shared_ptr<const Program> prog;
   BC_CHECK(comm_plan(c, CollKind::Allreduce, false, count, &prog));
   std::ostringstream os;
   os << c->topo.describe() << c->hier.describe(count, bc_dtype_size(dtype));
@@ -304,3 +377,5 @@ Status comm_describe(bc_comm *c, int64_t count, bc_dtype_t dtype, std::string *o
 }
 
 }  // namespace bc
+
+bc_request::~bc_request() = default;

@@ -28,18 +28,32 @@ struct bc_comm {
   std::vector<bc::Transport *> peer_transport;  // per rank
   uint32_t seq = 0;
   bool broken = false;  // after a timeout or transport failure: refuse further calls
-  std::vector<unsigned char> scratch;
   std::vector<unsigned char> staging;  // reduce_scatter's full-size work buffer
   std::vector<double> last_stage_seconds;
 
   // Plans by (collective, average?, count), least recently used first.
   using PlanKey = std::tuple<int, bool, int64_t>;
-  std::list<std::pair<PlanKey, std::unique_ptr<bc::Program>>> plans;
+  // Shared: an operation in flight keeps its plans alive if the cache drops them.
+  std::list<std::pair<PlanKey, std::shared_ptr<const bc::Program>>> plans;
+  int inflight = 0;  // non-blocking operations not yet completed
+};
+
+namespace bc {
+class Operation;
+}
+
+// A non-blocking collective (bc_iallreduce), until bc_test/bc_wait completes it.
+struct bc_request {
+  uint64_t magic = 0;
+  bc_comm *comm = nullptr;
+  std::unique_ptr<bc::Operation> op;
+  ~bc_request();
 };
 
 namespace bc {
 
 constexpr uint64_t kCommMagic = 0xB1DEC0111EC7ULL;
+constexpr uint64_t kRequestMagic = 0xB1DE4E0E57ULL;
 
 // Global state.
 Status api_init(bool quiet_by_default);
@@ -51,7 +65,7 @@ Status comm_create(MPI_Comm comm, const char *options, bc_comm **out);
 Status comm_destroy(bc_comm *comm);
 // BC_ERR_INVALID_COMM unless `comm` is a live communicator.
 Status comm_check(const bc_comm *comm);
-Status comm_plan(bc_comm *comm, CollKind kind, bool average, int64_t count, const Program **out);
+Status comm_plan(bc_comm *comm, CollKind kind, bool average, int64_t count, std::shared_ptr<const Program> *out);
 
 struct CollArgs {
   CollKind kind;
@@ -62,7 +76,13 @@ struct CollArgs {
   bc_op_t op;           // ignored for allgather
   bc_memtype_t mem;
 };
+// Blocking: start, wait, finish.
 Status comm_run(bc_comm *comm, const CollArgs &args);
+// Non-blocking all-reduce: the operation is returned started.
+Status comm_start_allreduce(bc_comm *comm, const CollArgs &args, bc_request **out);
+// Progresses a request; *done when finished (then the request is freed and
+// *req set to NULL). With `block`, waits for it (BC_TIMEOUT applies).
+Status request_progress(bc_request **req, bool block, bool *done);
 
 Status comm_describe(bc_comm *comm, int64_t count, bc_dtype_t dtype, std::string *out);
 

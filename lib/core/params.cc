@@ -66,6 +66,12 @@ const ParamDef kParamDefs[] = {
     {ParamId::UcxWait, "BC_UCX_WAIT", ParamType::Enum, "yield", "yield|event",
      "UCX transport, when a wait finds nothing to do: yield the core (sched_yield), or sleep on "
      "the worker's event fd (ucp_worker_arm) until the network wakes it."},
+    {ParamId::Chunk, "BC_CHUNK", ParamType::Bytes, "4M", nullptr,
+     "All-reduce pipelining: the buffer is cut into chunks of about this many bytes that stream "
+     "through the stages one after another (0 = one chunk). Smaller chunks overlap the stages "
+     "more but pay each step's latency more often."},
+    {ParamId::PipelineDepth, "BC_PIPELINE_DEPTH", ParamType::Int, "2", nullptr,
+     "All-reduce pipelining: chunks in flight at once (at least 1)."},
 };
 static_assert(sizeof(kParamDefs) / sizeof(kParamDefs[0]) == static_cast<size_t>(ParamId::Count),
               "one row per ParamId");

@@ -30,6 +30,8 @@ enum class ParamId : int {
   ShmMode,      // BC_SHM_MODE
   ShmChunk,     // BC_SHM_CHUNK
   UcxWait,      // BC_UCX_WAIT
+  Chunk,        // BC_CHUNK
+  PipelineDepth,// BC_PIPELINE_DEPTH
   Count
 };
 

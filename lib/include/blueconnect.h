@@ -96,6 +96,7 @@ typedef enum BC_ENUM_BASE {
 #define BC_IN_PLACE ((const void *)(intptr_t)-1)
 
 typedef struct bc_comm *bc_comm_t;
+typedef struct bc_request *bc_request_t;
 
 /* Library lifecycle. bc_init reads every BC_* parameter once; an invalid value
  * fails here with BC_ERR_PARAM. MPI must be initialised first. Calls nest:
@@ -129,6 +130,21 @@ bc_status_t bc_allgather(const void *sendbuf, void *recvbuf, int64_t count,
 bc_status_t bc_allreduce_mem(const void *sendbuf, void *recvbuf, int64_t count,
                              bc_dtype_t dtype, bc_op_t op, bc_memtype_t mem,
                              bc_comm_t comm);
+
+/* Non-blocking all-reduce. The buffers must stay untouched until bc_test
+ * reports completion or bc_wait returns. Progress happens inside bc_test and
+ * bc_wait (and inside blocking calls on the same communicator); call bc_test
+ * now and then while computing. Calls on one communicator must be issued in
+ * the same order on every rank, as in MPI. */
+bc_status_t bc_iallreduce(const void *sendbuf, void *recvbuf, int64_t count,
+                          bc_dtype_t dtype, bc_op_t op, bc_comm_t comm,
+                          bc_request_t *request);
+/* *done becomes 1 when the operation has completed; the request is then freed
+ * and *request set to NULL. A failure also frees it. */
+bc_status_t bc_test(bc_request_t *request, int *done);
+/* Waits for completion (at most BC_TIMEOUT without progress), frees the
+ * request and sets *request to NULL. */
+bc_status_t bc_wait(bc_request_t *request);
 
 /* Errors and names. The strings are static or thread-local; never free them. */
 const char *bc_strerror(bc_status_t status);

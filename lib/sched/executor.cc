@@ -1,7 +1,5 @@
 #include "sched/executor.h"
 
-#include <sched.h>
-
 #include <sstream>
 
 #include "core/log.h"
@@ -92,6 +90,7 @@ Status Execution::progress(bool *done) {
       if (d) {
         req_done_[i] = 1;
         --remaining_;
+        ++completions_;
       }
     }
     if (remaining_ > 0) {
@@ -99,15 +98,19 @@ Status Execution::progress(bool *done) {
       return BC_OK;
     }
     BC_CHECK(finish_step());
+    ++completions_;
   }
   *done = true;
   return BC_OK;
 }
 
-std::string Execution::pending_peers() const {
+std::string Execution::pending() const {
   std::ostringstream os;
-  if (step_ >= prog_.steps.size()) return "none";
+  if (step_ >= prog_.steps.size()) return " nothing";
   const Step &st = prog_.steps[step_];
+  os << " step " << step_ << " of " << prog_.steps.size();
+  if (st.stage >= 0) os << " (stage " << st.stage + 1 << ")";
+  os << ":";
   size_t i = 0;
   for (const Xfer &x : st.recvs) {
     if (i < req_done_.size() && !req_done_[i]) os << " recv from rank " << x.peer << " (" << x.range.count * elem_ << " B)";
@@ -118,42 +121,6 @@ std::string Execution::pending_peers() const {
     ++i;
   }
   return os.str();
-}
-
-Status Execution::wait() {
-  int64_t idle_polls = 0;
-  size_t last_step = SIZE_MAX, last_remaining = SIZE_MAX;
-  Clock::time_point last_move = Clock::now();
-  for (;;) {
-    bool done = false;
-    Status st = progress(&done);
-    if (st != BC_OK) {
-      cancel_all();
-      BC_CHECK(st);
-    }
-    if (done) return BC_OK;
-    if (step_ != last_step || remaining_ != last_remaining) {
-      last_step = step_;
-      last_remaining = remaining_;
-      last_move = Clock::now();
-      idle_polls = 0;
-      continue;
-    }
-    if (++idle_polls >= ctx_.spin_count) {
-      idle_polls = 0;
-      sched_yield();
-      if (ctx_.timeout_ms > 0 &&
-          std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - last_move).count() >
-              ctx_.timeout_ms) {
-        std::string who = pending_peers();
-        const Step &s = prog_.steps[step_];
-        cancel_all();
-        return BC_FAIL(BC_ERR_TIMEOUT,
-                       "no progress for %lld ms (BC_TIMEOUT) in step %zu of %zu (stage %d), still waiting for:%s",
-                       static_cast<long long>(ctx_.timeout_ms), step_, prog_.steps.size(), s.stage + 1, who.c_str());
-      }
-    }
-  }
 }
 
 }  // namespace bc

@@ -1,10 +1,9 @@
 // Runs one rank's Program over the transports: the progress engine.
 //
-// Execution is non-blocking: progress() posts the current Step's receives and
-// sends, tests them, reduces what arrived and moves on, never waiting. wait()
-// drives progress() until done, yielding the core when nothing moves (ranks
-// often outnumber cores), and fails with BC_ERR_TIMEOUT when no transfer
-// completes for BC_TIMEOUT.
+// Execution runs one Program (one chunk of a collective) and is non-blocking:
+// progress() posts the current Step's receives and sends, tests them, reduces
+// what arrived and moves on, never waiting. Operation (operation.h) runs the
+// chunks of a collective through a window of Executions and does the waiting.
 #pragma once
 
 #include <chrono>
@@ -36,15 +35,18 @@ class Execution {
   Execution &operator=(const Execution &) = delete;
 
   Status progress(bool *done);
-  Status wait();
+  // Abandons the posted requests (after a failure or timeout).
+  void cancel_all();
+  // Transfers completed so far: a waiter that sees this unchanged is idle.
+  uint64_t completions() const { return completions_; }
+  // What the current step still waits for, for timeout messages.
+  std::string pending() const;
   // Seconds spent in each hierarchy stage (index = stage), for bc_bench --stages.
   const std::vector<double> &stage_seconds() const { return stage_seconds_; }
 
  private:
   Status post_step();
   Status finish_step();
-  void cancel_all();
-  std::string pending_peers() const;
 
   const Program &prog_;
   ExecContext ctx_;
@@ -57,6 +59,7 @@ class Execution {
   std::vector<TransportRequest> reqs_;
   std::vector<char> req_done_;
   size_t remaining_ = 0;
+  uint64_t completions_ = 0;
   std::vector<double> stage_seconds_;
   std::chrono::steady_clock::time_point step_start_;
 };

@@ -1,0 +1,104 @@
+// Pipelining (many chunks through every stage) and the non-blocking API.
+#include <catch2/catch.hpp>
+
+#include <memory>
+
+#include "harness.h"
+
+using namespace bctest;
+
+namespace {
+
+std::vector<std::string> pipeline_layouts(int p) {
+  std::vector<std::string> out = {"BC_CHUNK=64;BC_PIPELINE_DEPTH=3"};
+  if (p % 2 == 0 && p > 2) out.push_back("BC_CHUNK=40;BC_PIPELINE_DEPTH=4;BC_TOPO=2");
+  if (p >= 3) out.push_back("BC_CHUNK=100;BC_PIPELINE_DEPTH=1;BC_TOPO=1," + std::to_string(p - 1));
+  if (p >= 4) out.push_back("BC_CHUNK=24;BC_PIPELINE_DEPTH=8;BC_TOPO=2,2," + std::to_string(p - 4 > 0 ? p - 4 : 0));
+  if (p == 4) out.back() = "BC_CHUNK=24;BC_PIPELINE_DEPTH=8;BC_TOPO=2x2";
+  return out;
+}
+
+// Fills rank r's input for (dtype, op) and returns the buffer; checks a result.
+struct Case {
+  bc_dtype_t dtype;
+  bc_op_t op;
+  int64_t count;
+  std::unique_ptr<Guarded> buf;
+  void fill(int r, int p) {
+    buf.reset(new Guarded(bc_dtype_size(dtype) * count));
+    for (int64_t i = 0; i < count; ++i) put(buf->data(), dtype, i, input_value(op, dtype, r, p, i));
+  }
+  bool right(int p) {
+    const size_t es = bc_dtype_size(dtype);
+    std::vector<unsigned char> want(es);
+    for (int64_t i = 0; i < count; ++i) {
+      put(want.data(), dtype, 0, expected_value(op, dtype, p, i));
+      if (std::memcmp(want.data(), static_cast<unsigned char *>(buf->data()) + i * es, es) != 0) return false;
+    }
+    return buf->guards_intact();
+  }
+};
+
+}  // namespace
+
+TEST_CASE("pipelined all-reduce: tiny chunks through every stage", "[pipeline]") {
+  const int p = world_size(), r = world_rank();
+  for (const std::string &layout : pipeline_layouts(p)) {
+    bc_comm_t comm = nullptr;
+    INFO("layout " << layout << ": " << bc_last_error());
+    REQUIRE(everywhere(bc_comm_create_with(MPI_COMM_WORLD, layout.c_str(), &comm) == BC_OK));
+    for (bc_dtype_t t : {BC_FLOAT32, BC_FLOAT64, BC_BFLOAT16, BC_INT8, BC_UINT64})
+      for (bc_op_t op : {BC_SUM, BC_MAX, BC_AVG, BC_BXOR}) {
+        if (!op_valid_for(op, t)) continue;
+        for (int64_t n : {int64_t{1}, int64_t{13}, int64_t{1009}, int64_t{20011}}) {
+          Case c{t, op, n, nullptr};
+          c.fill(r, p);
+          bc_status_t st = bc_allreduce(BC_IN_PLACE, c.buf->data(), n, t, op, comm);
+          INFO(bc_dtype_name(t) << " " << bc_op_name(op) << " count " << n << ": " << bc_last_error());
+          REQUIRE(everywhere(st == BC_OK && c.right(p)));
+        }
+      }
+    REQUIRE(bc_comm_destroy(&comm) == BC_OK);
+  }
+}
+
+TEST_CASE("non-blocking all-reduce: several in flight, completed by test and wait", "[nonblocking]") {
+  const int p = world_size(), r = world_rank();
+  for (const char *options : {"", "BC_CHUNK=256;BC_PIPELINE_DEPTH=2"}) {
+    bc_comm_t comm = nullptr;
+    REQUIRE(everywhere(bc_comm_create_with(MPI_COMM_WORLD, options, &comm) == BC_OK));
+    std::vector<Case> cases;
+    cases.push_back(Case{BC_FLOAT32, BC_SUM, 5003, nullptr});
+    cases.push_back(Case{BC_INT32, BC_MIN, 17, nullptr});
+    cases.push_back(Case{BC_FLOAT64, BC_AVG, 999, nullptr});
+    cases.push_back(Case{BC_UINT8, BC_BOR, 0, nullptr});
+    std::vector<bc_request_t> reqs(cases.size(), nullptr);
+    bool ok = true;
+    for (size_t i = 0; i < cases.size(); ++i) {
+      cases[i].fill(r, p);
+      ok = ok && bc_iallreduce(BC_IN_PLACE, cases[i].buf->data(), cases[i].count, cases[i].dtype, cases[i].op,
+                               comm, &reqs[i]) == BC_OK;
+    }
+    INFO(options << ": " << bc_last_error());
+    REQUIRE(everywhere(ok));
+    // The communicator cannot go while operations are in flight.
+    if (cases[0].count > 0 && reqs[0]) {
+      bc_comm_t keep = comm;
+      REQUIRE(bc_comm_destroy(&keep) == BC_ERR_INVALID_ARG);
+    }
+    // Complete the last ones by polling, the first by waiting.
+    for (size_t i = cases.size(); i-- > 1;) {
+      int done = 0;
+      for (int spins = 0; !done && spins < 10000000; ++spins) ok = ok && bc_test(&reqs[i], &done) == BC_OK;
+      ok = ok && done && reqs[i] == nullptr;
+    }
+    ok = ok && bc_wait(&reqs[0]) == BC_OK && reqs[0] == nullptr;
+    for (Case &c : cases) ok = ok && c.right(p);
+    REQUIRE(everywhere(ok));
+    bc_request_t none = nullptr;
+    int done = 0;
+    REQUIRE(bc_test(&none, &done) == BC_ERR_INVALID_ARG);
+    REQUIRE(bc_wait(nullptr) == BC_ERR_INVALID_ARG);
+    REQUIRE(bc_comm_destroy(&comm) == BC_OK);
+  }
+}
