@@ -1,0 +1,734 @@
+// The PMPI interposer: MPI_Allreduce, MPI_Reduce_scatter_block, MPI_Allgather
+// and MPI_Iallreduce served by BlueConnect, everything else by the MPI library.
+//
+// Route of one call (the same for the Fortran entry points, pmpi_fortran.cc):
+//
+//   inside BlueConnect already? ── yes ──> PMPI_ (not counted: the library's own traffic)
+//   BC_DISABLE / bad parameter? ── yes ──> PMPI_ (counted: disabled / init-error)
+//   arguments MPI rejects?      ── yes ──> PMPI_ (MPI raises its own error)
+//   op, datatype, layout, size  ── not served ──> PMPI_ (counted with the reason)
+//   communicator state (lazy, collective on first use; intercommunicators and
+//   communicators BlueConnect made itself are marked pass-through)
+//   bc_allreduce / bc_reduce_scatter / bc_allgather ── error ──> the
+//   communicator's error handler, with an MPI error class
+//
+// Every input of a routing decision is an argument MPI requires to be the same
+// on every rank (count, datatype, op, communicator, MPI_IN_PLACE), so all ranks
+// of a communicator take the same route and the lazy, collective
+// bc_comm_create is reached by all of them together.
+#include "pmpi/pmpi.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <mutex>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "api/comm.h"
+#include "blueconnect.h"
+#include "core/log.h"
+#include "core/params.h"
+
+namespace bc {
+namespace pmpi {
+namespace {
+
+constexpr int kColls = static_cast<int>(Coll::Count);
+constexpr int kReasons = static_cast<int>(Reason::Count);
+
+const char *const kCollNames[kColls] = {"MPI_Allreduce", "MPI_Reduce_scatter_block", "MPI_Allgather",
+                                        "MPI_Iallreduce"};
+const char *const kReasonNames[kReasons] = {
+    "disabled", "init-error",    "invalid-args", "user-op", "op",                "dtype",  "derived-dtype",
+    "op-dtype", "type-mismatch", "intercomm",    "small",   "comm-setup-failed", "bc-comm", "fortran-sentinel"};
+
+// ---- statistics (BC_PMPI_STATS) ----
+std::atomic<uint64_t> g_served[kColls];
+std::atomic<uint64_t> g_errors[kColls];
+std::atomic<uint64_t> g_passed[kColls][kReasons];
+
+// ---- process state ----
+enum State : int { kUninit = 0, kReady, kDisabled, kFailed, kFinalized };
+std::atomic<int> g_state{kUninit};
+std::mutex g_init_mutex;  // ensure_init and teardown
+int64_t g_min_bytes = 0;
+bool g_disabled = false;
+std::string g_stats_path;
+int g_comm_keyval = MPI_KEYVAL_INVALID;
+int g_self_keyval = MPI_KEYVAL_INVALID;
+
+// > 0 while this thread runs BlueConnect code: the library's own
+// MPI_Allreduce / MPI_Allgather (communicator setup) go straight to MPI.
+thread_local int t_inside = 0;
+struct Inside {
+  Inside() { ++t_inside; }
+  ~Inside() { --t_inside; }
+  Inside(const Inside &) = delete;
+  Inside &operator=(const Inside &) = delete;
+};
+
+// Predefined datatypes BlueConnect reduces, with their sizes in this MPI.
+struct TypeEntry {
+  MPI_Datatype dt;
+  bc_dtype_t bc;
+  int64_t size;
+};
+std::vector<TypeEntry> g_types;  // written once in ensure_init, read-only after
+
+// BlueConnect's state for one MPI communicator, cached under g_comm_keyval.
+struct CommState {
+  MPI_Comm comm = MPI_COMM_NULL;  // the caller's handle (for teardown)
+  bc_comm_t bc = nullptr;
+  int pass_reason = -1;  // >= 0: every call on this communicator goes to MPI, for this reason
+};
+std::mutex g_comms_mutex;
+std::vector<CommState *> g_comms;  // live states, in creation order
+
+void count_pass(Coll c, Reason r) {
+  g_passed[static_cast<int>(c)][static_cast<int>(r)].fetch_add(1, std::memory_order_relaxed);
+}
+
+// ---- datatypes and ops ----
+
+void build_type_table() {
+  struct Candidate {
+    MPI_Datatype dt;
+    char kind;  // f: floating, s: signed integer, u: unsigned integer
+  };
+  const Candidate candidates[] = {
+      {MPI_FLOAT, 'f'},         {MPI_DOUBLE, 'f'},         {MPI_INT, 's'},
+      {MPI_UNSIGNED, 'u'},      {MPI_LONG, 's'},           {MPI_UNSIGNED_LONG, 'u'},
+      {MPI_INT64_T, 's'},       {MPI_UINT64_T, 'u'},       {MPI_INT32_T, 's'},
+      {MPI_UINT32_T, 'u'},      {MPI_INT8_T, 's'},         {MPI_UINT8_T, 'u'},
+      {MPI_LONG_LONG_INT, 's'}, {MPI_LONG_LONG, 's'},      {MPI_UNSIGNED_LONG_LONG, 'u'},
+      {MPI_SIGNED_CHAR, 's'},   {MPI_UNSIGNED_CHAR, 'u'},
+      // Fortran names: their sizes depend on how the MPI library was built.
+      {MPI_REAL, 'f'},          {MPI_DOUBLE_PRECISION, 'f'}, {MPI_INTEGER, 's'},
+#ifdef MPI_REAL4
+      {MPI_REAL4, 'f'},
+#endif
+#ifdef MPI_REAL8
+      {MPI_REAL8, 'f'},
+#endif
+#ifdef MPI_INTEGER1
+      {MPI_INTEGER1, 's'},
+#endif
+#ifdef MPI_INTEGER4
+      {MPI_INTEGER4, 's'},
+#endif
+#ifdef MPI_INTEGER8
+      {MPI_INTEGER8, 's'},
+#endif
+  };
+  g_types.clear();
+  for (const Candidate &c : candidates) {
+    if (c.dt == MPI_DATATYPE_NULL) continue;
+    bool seen = false;
+    for (const TypeEntry &e : g_types) seen = seen || e.dt == c.dt;
+    if (seen) continue;
+    int size = 0;
+    if (PMPI_Type_size(c.dt, &size) != MPI_SUCCESS) continue;
+    bc_dtype_t bt;
+    if (c.kind == 'f' && size == 4) bt = BC_FLOAT32;
+    else if (c.kind == 'f' && size == 8) bt = BC_FLOAT64;
+    else if (c.kind == 's' && size == 1) bt = BC_INT8;
+    else if (c.kind == 's' && size == 4) bt = BC_INT32;
+    else if (c.kind == 's' && size == 8) bt = BC_INT64;
+    else if (c.kind == 'u' && size == 1) bt = BC_UINT8;
+    else if (c.kind == 'u' && size == 4) bt = BC_UINT32;
+    else if (c.kind == 'u' && size == 8) bt = BC_UINT64;
+    else continue;  // 16-bit integers, long double, ...: the MPI library reduces them
+    g_types.push_back({c.dt, bt, size});
+  }
+}
+
+const TypeEntry *find_type(MPI_Datatype dt) {
+  for (const TypeEntry &e : g_types)
+    if (e.dt == dt) return &e;
+  return nullptr;
+}
+
+bool is_named(MPI_Datatype dt) {
+  int ni = 0, na = 0, nd = 0, combiner = MPI_COMBINER_NAMED;
+  if (PMPI_Type_get_envelope(dt, &ni, &na, &nd, &combiner) != MPI_SUCCESS) return true;
+  return combiner == MPI_COMBINER_NAMED;
+}
+
+// A datatype that is not in the table: unsupported predefined, or derived.
+Reason type_reason(MPI_Datatype dt) { return is_named(dt) ? Reason::Dtype : Reason::Derived; }
+
+// True when the type, built only from MPI_Type_dup and MPI_Type_contiguous over
+// a predefined type, keeps its bytes in signature order; a permuting indexed
+// type can be dense and still reorder them.
+bool in_order(MPI_Datatype dt, int depth) {
+  int ni = 0, na = 0, nd = 0, combiner = MPI_COMBINER_NAMED;
+  if (PMPI_Type_get_envelope(dt, &ni, &na, &nd, &combiner) != MPI_SUCCESS) return false;
+  if (combiner == MPI_COMBINER_NAMED) return true;
+  if (depth > 16 || (combiner != MPI_COMBINER_DUP && combiner != MPI_COMBINER_CONTIGUOUS) || nd != 1 ||
+      ni > 1 || na != 0)
+    return false;
+  int ints[1] = {0};
+  MPI_Aint addrs[1] = {0};
+  MPI_Datatype inner = MPI_DATATYPE_NULL;
+  if (PMPI_Type_get_contents(dt, 1, 0, 1, ints, addrs, &inner) != MPI_SUCCESS) return false;
+  const bool ok = in_order(inner, depth + 1);
+  if (!is_named(inner)) PMPI_Type_free(&inner);  // get_contents returns new handles for derived types
+  return ok;
+}
+
+// Bytes per element when `dt` describes `size` bytes stored contiguously and in
+// order from the buffer's address; 0 otherwise (then the MPI library moves it).
+int64_t dense_size(MPI_Datatype dt) {
+  if (const TypeEntry *e = find_type(dt)) return e->size;
+  int size = 0;
+  MPI_Aint lb = 0, extent = 0, true_lb = 0, true_extent = 0;
+  if (PMPI_Type_size(dt, &size) != MPI_SUCCESS || size <= 0) return 0;
+  if (PMPI_Type_get_extent(dt, &lb, &extent) != MPI_SUCCESS) return 0;
+  if (PMPI_Type_get_true_extent(dt, &true_lb, &true_extent) != MPI_SUCCESS) return 0;
+  if (lb != 0 || true_lb != 0 || extent != size || true_extent != size) return 0;
+  if (!in_order(dt, 0)) return 0;
+  return size;
+}
+
+bool map_op(MPI_Op op, bc_op_t *out, Reason *why) {
+  if (op == MPI_SUM) *out = BC_SUM;
+  else if (op == MPI_MAX) *out = BC_MAX;
+  else if (op == MPI_MIN) *out = BC_MIN;
+  else if (op == MPI_PROD) *out = BC_PROD;
+  else if (op == MPI_BAND) *out = BC_BAND;
+  else if (op == MPI_BOR) *out = BC_BOR;
+  else if (op == MPI_BXOR) *out = BC_BXOR;
+  else {
+    const bool predefined = op == MPI_LAND || op == MPI_LOR || op == MPI_LXOR || op == MPI_MINLOC ||
+                            op == MPI_MAXLOC || op == MPI_REPLACE || op == MPI_NO_OP;
+    *why = predefined ? Reason::Op : Reason::UserOp;
+    return false;
+  }
+  return true;
+}
+
+// Bitwise ops on floating types are erroneous in MPI: let MPI say so.
+bool op_fits(bc_dtype_t t, bc_op_t op) {
+  const bool floating = t == BC_FLOAT32 || t == BC_FLOAT64;
+  return !(floating && (op == BC_BAND || op == BC_BOR || op == BC_BXOR));
+}
+
+// ---- errors ----
+
+// The null handle, or no handle at all: Open MPI's MPI_*_f2c return a null
+// pointer for an unknown Fortran handle. MPI raises its own error for both.
+template <typename H>
+bool bad(H handle, H null_handle) {
+  return handle == null_handle || handle == H{};
+}
+
+int error_class(bc_status_t st) {
+  switch (st) {
+    case BC_ERR_INVALID_ARG: return MPI_ERR_ARG;
+    case BC_ERR_NO_MEMORY: return MPI_ERR_NO_MEM;
+    case BC_ERR_NOT_SUPPORTED:   // the route should have sent it to MPI
+    case BC_ERR_NOT_INITIALIZED:
+    case BC_ERR_INTERNAL: return MPI_ERR_INTERN;
+    default: return MPI_ERR_OTHER;  // transport, timeout, MPI, a broken communicator
+  }
+}
+
+// Hands a BlueConnect failure to the communicator's error handler, as MPI does.
+int raise(Coll c, MPI_Comm comm, bc_status_t st, const char *what) {
+  g_errors[static_cast<int>(c)].fetch_add(1, std::memory_order_relaxed);
+  const int cls = error_class(st);
+  BC_LOG(LogLevel::Error, LogSys::Pmpi, "%s: %s", kCollNames[static_cast<int>(c)], what);
+  if (!bad(comm, MPI_COMM_NULL)) PMPI_Comm_call_errhandler(comm, cls);
+  return cls;
+}
+
+// Keeps C++ exceptions out of the C entry points.
+template <typename F>
+int guarded(Coll c, MPI_Comm comm, F &&body) {
+  try {
+    return body();
+  } catch (const std::bad_alloc &) {
+    return raise(c, comm, BC_ERR_NO_MEMORY, "out of memory");
+  } catch (const std::exception &e) {
+    return raise(c, comm, BC_ERR_INTERNAL, e.what());
+  } catch (...) {
+    return raise(c, comm, BC_ERR_INTERNAL, "unexpected exception");
+  }
+}
+
+// ---- communicator state ----
+
+void unregister(CommState *cs) {
+  std::lock_guard<std::mutex> lock(g_comms_mutex);
+  for (auto it = g_comms.begin(); it != g_comms.end(); ++it) {
+    if (*it == cs) {
+      g_comms.erase(it);
+      break;
+    }
+  }
+}
+
+void destroy_state(CommState *cs) {
+  if (cs->bc) {
+    Inside in;
+    bc_status_t st = bc_comm_destroy(&cs->bc);
+    if (st != BC_OK) BC_LOG(LogLevel::Warn, LogSys::Pmpi, "bc_comm_destroy failed: %s", bc_last_error());
+  }
+  delete cs;
+}
+
+// Runs inside MPI_Comm_free (and MPI_Comm_delete_attr at teardown).
+// bc_comm_destroy frees BlueConnect's own duplicate, never `comm`.
+int comm_state_delete(MPI_Comm, int, void *attr, void *) {
+  auto *cs = static_cast<CommState *>(attr);
+  if (!cs) return MPI_SUCCESS;
+  unregister(cs);
+  destroy_state(cs);
+  return MPI_SUCCESS;
+}
+
+void teardown();
+
+// MPI_Finalize deletes MPI_COMM_SELF's attributes before anything else: the
+// hook for programs whose MPI_Finalize does not come through the C symbol
+// (Fortran's mpi_finalize calls PMPI_Finalize directly).
+int self_delete(MPI_Comm, int, void *, void *) {
+  teardown();
+  return MPI_SUCCESS;
+}
+
+// The state of `comm`, created on first use. Collective on `comm` when it
+// creates a BlueConnect communicator: every rank gets here on the same call.
+int comm_state(MPI_Comm comm, CommState **out) {
+  void *value = nullptr;
+  int flag = 0;
+  int rc = PMPI_Comm_get_attr(comm, g_comm_keyval, &value, &flag);
+  if (rc != MPI_SUCCESS) return rc;
+  if (flag) {
+    *out = static_cast<CommState *>(value);
+    return MPI_SUCCESS;
+  }
+  auto *cs = new CommState;
+  cs->comm = comm;
+  int inter = 0;
+  rc = PMPI_Comm_test_inter(comm, &inter);
+  if (rc != MPI_SUCCESS) {
+    delete cs;
+    return rc;
+  }
+  char name[MPI_MAX_OBJECT_NAME] = "";
+  int len = 0;
+  if (inter) {
+    cs->pass_reason = static_cast<int>(Reason::Intercomm);
+  } else if (PMPI_Comm_get_name(comm, name, &len) == MPI_SUCCESS && std::strcmp(name, "blueconnect") == 0) {
+    // BlueConnect's own duplicate, reached when a program also calls the C API.
+    cs->pass_reason = static_cast<int>(Reason::BcComm);
+  } else {
+    Inside in;
+    bc_status_t st = bc_comm_create(comm, &cs->bc);
+    if (st != BC_OK) {
+      BC_LOG(LogLevel::Error, LogSys::Pmpi,
+             "bc_comm_create failed; this communicator's calls go to MPI unchanged: %s", bc_last_error());
+      cs->bc = nullptr;
+      cs->pass_reason = static_cast<int>(Reason::CommSetup);
+    }
+  }
+  rc = PMPI_Comm_set_attr(comm, g_comm_keyval, cs);
+  if (rc != MPI_SUCCESS) {
+    destroy_state(cs);
+    return rc;
+  }
+  {
+    std::lock_guard<std::mutex> lock(g_comms_mutex);
+    g_comms.push_back(cs);
+  }
+  if (log_enabled(LogLevel::Info, LogSys::Pmpi)) {
+    int size = 0;
+    PMPI_Comm_size(comm, &size);
+    BC_INFO(Pmpi, "communicator of %d ranks: %s", size,
+            cs->pass_reason < 0 ? "served by BlueConnect" : kReasonNames[cs->pass_reason]);
+  }
+  *out = cs;
+  return MPI_SUCCESS;
+}
+
+// ---- lifecycle ----
+
+int ensure_init() {
+  int s = g_state.load(std::memory_order_acquire);
+  if (s != kUninit) return s;
+  std::lock_guard<std::mutex> lock(g_init_mutex);
+  s = g_state.load(std::memory_order_acquire);
+  if (s != kUninit) return s;
+  int up = 0, down = 0;
+  PMPI_Initialized(&up);
+  PMPI_Finalized(&down);
+  if (!up || down) return kUninit;  // MPI raises its own error for calls outside MPI
+  Status st;
+  {
+    Inside in;
+    st = api_init(true);  // silent unless BC_DEBUG asks
+  }
+  if (st != BC_OK) {
+    // A BC_* variable is invalid: the program still runs, on MPI alone. This
+    // is the one line the interposer prints without being asked.
+    int rank = 0;
+    PMPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    if (rank == 0) {
+      const std::string why = last_error();  // its first line; the trail follows
+      std::fprintf(stderr, "BlueConnect: %s\nBlueConnect: interception is off; every call goes to MPI unchanged\n",
+                   why.substr(0, why.find('\n')).c_str());
+    }
+    g_state.store(kFailed, std::memory_order_release);
+    return kFailed;
+  }
+  const ParamSet &ps = global_params();
+  g_disabled = ps.get_int(ParamId::Disable) != 0;
+  g_min_bytes = ps.get_int(ParamId::PmpiMinBytes);
+  g_stats_path = ps.get_str(ParamId::PmpiStats);
+  build_type_table();
+  if (PMPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, comm_state_delete, &g_comm_keyval, nullptr) !=
+          MPI_SUCCESS ||
+      PMPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, self_delete, &g_self_keyval, nullptr) != MPI_SUCCESS ||
+      PMPI_Comm_set_attr(MPI_COMM_SELF, g_self_keyval, nullptr) != MPI_SUCCESS) {
+    BC_LOG(LogLevel::Error, LogSys::Pmpi, "cannot create attribute keys; interception is off");
+    Inside in;
+    api_finalize();
+    g_state.store(kFailed, std::memory_order_release);
+    return kFailed;
+  }
+  BC_INFO(Pmpi, "interposer ready: %s, BC_PMPI_MIN_BYTES=%lld, %zu datatypes mapped",
+          g_disabled ? "disabled (BC_DISABLE=1)" : "enabled", static_cast<long long>(g_min_bytes),
+          g_types.size());
+  s = g_disabled ? kDisabled : kReady;
+  g_state.store(s, std::memory_order_release);
+  return s;
+}
+
+std::string expand_path(const std::string &pattern, int rank) {
+  std::string out;
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    if (pattern[i] == '%' && i + 1 < pattern.size()) {
+      const char c = pattern[++i];
+      if (c == 'r') out += std::to_string(rank);
+      else if (c == 'p') out += std::to_string(getpid());
+      else if (c == 'h') {
+        char host[256] = "unknown";
+        gethostname(host, sizeof host - 1);
+        out += host;
+      } else if (c == '%') out += '%';
+      else {
+        out += '%';
+        out += c;
+      }
+    } else {
+      out += pattern[i];
+    }
+  }
+  return out;
+}
+
+void write_stats() {
+  if (g_stats_path.empty()) return;
+  int rank = 0, size = 1;
+  PMPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  PMPI_Comm_size(MPI_COMM_WORLD, &size);
+  const std::string path = expand_path(g_stats_path, rank);
+  FILE *f = path == "-" ? stderr : std::fopen(path.c_str(), "w");
+  if (!f) {
+    BC_LOG(LogLevel::Error, LogSys::Pmpi, "BC_PMPI_STATS: cannot write %s: %s", path.c_str(),
+           std::strerror(errno));
+    return;
+  }
+  std::fprintf(f, "# BlueConnect PMPI statistics: world rank %d of %d, pid %d\n", rank, size,
+               static_cast<int>(getpid()));
+  std::fprintf(f, "# BC_DISABLE=%d BC_PMPI_MIN_BYTES=%lld\n", g_disabled ? 1 : 0,
+               static_cast<long long>(g_min_bytes));
+  for (int c = 0; c < kColls; ++c) {
+    uint64_t passed = 0;
+    for (int r = 0; r < kReasons; ++r) passed += g_passed[c][r].load(std::memory_order_relaxed);
+    std::fprintf(f, "%s served %llu\n", kCollNames[c],
+                 static_cast<unsigned long long>(g_served[c].load(std::memory_order_relaxed)));
+    std::fprintf(f, "%s passed %llu\n", kCollNames[c], static_cast<unsigned long long>(passed));
+    for (int r = 0; r < kReasons; ++r) {
+      const uint64_t n = g_passed[c][r].load(std::memory_order_relaxed);
+      if (n) std::fprintf(f, "%s passed:%s %llu\n", kCollNames[c], kReasonNames[r], static_cast<unsigned long long>(n));
+    }
+    const uint64_t e = g_errors[c].load(std::memory_order_relaxed);
+    if (e) std::fprintf(f, "%s errors %llu\n", kCollNames[c], static_cast<unsigned long long>(e));
+  }
+  if (f == stderr) std::fflush(f);
+  else std::fclose(f);
+}
+
+// Frees every communicator state, writes the statistics and finalises the
+// library. Runs once: from MPI_Finalize before PMPI_Finalize, or from the
+// MPI_COMM_SELF hook inside PMPI_Finalize. Calls no MPI_Initialized or
+// MPI_Finalized: Open MPI holds its init lock around the MPI_COMM_SELF hook.
+void teardown() {
+  std::lock_guard<std::mutex> lock(g_init_mutex);
+  const int s = g_state.load(std::memory_order_acquire);
+  if (s == kUninit || s == kFinalized) return;
+  g_state.store(kFinalized, std::memory_order_release);
+  if (s == kFailed) return;
+  std::vector<CommState *> comms;
+  {
+    std::lock_guard<std::mutex> guard(g_comms_mutex);
+    comms = g_comms;
+  }
+  // Creation order, the same on every rank of each communicator.
+  for (CommState *cs : comms) PMPI_Comm_delete_attr(cs->comm, g_comm_keyval);  // -> comm_state_delete
+  PMPI_Comm_free_keyval(&g_comm_keyval);
+  write_stats();
+  Inside in;
+  api_finalize();
+}
+
+// ---- MPI_Iallreduce: a request that is already complete ----
+
+int grequest_query(void *, MPI_Status *status) {
+  PMPI_Status_set_elements(status, MPI_BYTE, 0);
+  PMPI_Status_set_cancelled(status, 0);
+  status->MPI_SOURCE = MPI_ANY_SOURCE;
+  status->MPI_TAG = MPI_ANY_TAG;
+  status->MPI_ERROR = MPI_SUCCESS;
+  return MPI_SUCCESS;
+}
+int grequest_free(void *) { return MPI_SUCCESS; }
+int grequest_cancel(void *, int) { return MPI_SUCCESS; }
+
+int completed_request(MPI_Request *request) {
+  int rc = PMPI_Grequest_start(grequest_query, grequest_free, grequest_cancel, nullptr, request);
+  if (rc != MPI_SUCCESS) return rc;
+  return PMPI_Grequest_complete(*request);
+}
+
+// Where a call goes: Reason::Count means BlueConnect serves it.
+constexpr Reason kServe = Reason::Count;
+
+// The start every route shares. Returns false when the MPI library takes the
+// call: *reason says why, or stays kServe for calls that are not counted (the
+// library's own calls, calls before MPI_Init or after finalisation).
+bool route_start(int forced_reason, Reason *reason) {
+  *reason = kServe;
+  if (t_inside > 0) return false;
+  const int s = ensure_init();
+  if (s == kDisabled) *reason = Reason::Disabled;
+  else if (s == kFailed) *reason = Reason::InitError;
+  else if (s != kReady) return false;
+  else if (forced_reason >= 0) *reason = static_cast<Reason>(forced_reason);
+  return *reason == kServe;
+}
+
+int pass(Coll c, Reason reason) {
+  if (reason != kServe) count_pass(c, reason);
+  return kPass;
+}
+
+// The communicator's part of the route (creates the state on first use).
+Reason comm_route(MPI_Comm comm, CommState **cs) {
+  if (comm_state(comm, cs) != MPI_SUCCESS) return Reason::InvalidArgs;
+  if ((*cs)->pass_reason >= 0) return static_cast<Reason>((*cs)->pass_reason);
+  return kServe;
+}
+
+// The route of the reductions, once MPI's own argument checks passed.
+// `elems` is the length of the whole vector, for BC_PMPI_MIN_BYTES.
+Reason reduction_route(int64_t elems, MPI_Datatype dt, MPI_Op op, MPI_Comm comm, const TypeEntry **t,
+                       bc_op_t *bop, CommState **cs) {
+  Reason why = kServe;
+  if (!map_op(op, bop, &why)) return why;
+  if (!(*t = find_type(dt))) return type_reason(dt);
+  if (!op_fits((*t)->bc, *bop)) return Reason::OpDtype;
+  if (elems * (*t)->size < g_min_bytes) return Reason::Small;
+  return comm_route(comm, cs);
+}
+
+}  // namespace
+
+// ---- the collectives ----
+
+int allreduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype dt, MPI_Op op, MPI_Comm comm,
+              int fallback_reason) {
+  const Coll c = Coll::Allreduce;
+  return guarded(c, comm, [&]() -> int {
+    Reason why;
+    if (!route_start(fallback_reason, &why)) return pass(c, why);
+    const TypeEntry *t = nullptr;
+    bc_op_t bop = BC_SUM;
+    CommState *cs = nullptr;
+    if (bad(comm, MPI_COMM_NULL) || count < 0 || bad(dt, MPI_DATATYPE_NULL) || bad(op, MPI_OP_NULL) ||
+        recvbuf == MPI_IN_PLACE)
+      why = Reason::InvalidArgs;
+    else
+      why = reduction_route(count, dt, op, comm, &t, &bop, &cs);
+    if (why != kServe) return pass(c, why);
+    bc_status_t st;
+    {
+      Inside in;
+      st = bc_allreduce(sendbuf == MPI_IN_PLACE ? BC_IN_PLACE : sendbuf, recvbuf, count, t->bc, bop, cs->bc);
+    }
+    if (st != BC_OK) return raise(c, comm, st, bc_last_error());
+    g_served[static_cast<int>(c)].fetch_add(1, std::memory_order_relaxed);
+    return MPI_SUCCESS;
+  });
+}
+
+int iallreduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype dt, MPI_Op op, MPI_Comm comm,
+               MPI_Request *request, int fallback_reason) {
+  const Coll c = Coll::Iallreduce;
+  return guarded(c, comm, [&]() -> int {
+    Reason why;
+    if (!route_start(fallback_reason, &why)) return pass(c, why);
+    const TypeEntry *t = nullptr;
+    bc_op_t bop = BC_SUM;
+    CommState *cs = nullptr;
+    if (bad(comm, MPI_COMM_NULL) || count < 0 || bad(dt, MPI_DATATYPE_NULL) || bad(op, MPI_OP_NULL) ||
+        recvbuf == MPI_IN_PLACE || !request)
+      why = Reason::InvalidArgs;
+    else
+      why = reduction_route(count, dt, op, comm, &t, &bop, &cs);
+    if (why != kServe) return pass(c, why);
+    // No non-blocking BlueConnect yet (issue 6): run it now and return a
+    // request that is already complete.
+    bc_status_t st;
+    {
+      Inside in;
+      st = bc_allreduce(sendbuf == MPI_IN_PLACE ? BC_IN_PLACE : sendbuf, recvbuf, count, t->bc, bop, cs->bc);
+    }
+    if (st != BC_OK) return raise(c, comm, st, bc_last_error());
+    const int grc = completed_request(request);
+    if (grc != MPI_SUCCESS) {
+      PMPI_Comm_call_errhandler(comm, grc);
+      return grc;
+    }
+    g_served[static_cast<int>(c)].fetch_add(1, std::memory_order_relaxed);
+    return MPI_SUCCESS;
+  });
+}
+
+int reduce_scatter_block(const void *sendbuf, void *recvbuf, int recvcount, MPI_Datatype dt, MPI_Op op,
+                         MPI_Comm comm, int fallback_reason) {
+  const Coll c = Coll::ReduceScatterBlock;
+  return guarded(c, comm, [&]() -> int {
+    Reason why;
+    if (!route_start(fallback_reason, &why)) return pass(c, why);
+    const TypeEntry *t = nullptr;
+    bc_op_t bop = BC_SUM;
+    CommState *cs = nullptr;
+    int p = 0;
+    if (bad(comm, MPI_COMM_NULL) || recvcount < 0 || bad(dt, MPI_DATATYPE_NULL) || bad(op, MPI_OP_NULL) ||
+        recvbuf == MPI_IN_PLACE || PMPI_Comm_size(comm, &p) != MPI_SUCCESS)
+      why = Reason::InvalidArgs;
+    else
+      why = reduction_route(static_cast<int64_t>(recvcount) * p, dt, op, comm, &t, &bop, &cs);
+    if (why != kServe) return pass(c, why);
+    bc_status_t st;
+    {
+      Inside in;
+      // In place, recvbuf holds the whole input: BC_IN_PLACE has the same convention.
+      st = bc_reduce_scatter(sendbuf == MPI_IN_PLACE ? BC_IN_PLACE : sendbuf, recvbuf, recvcount, t->bc, bop,
+                             cs->bc);
+    }
+    if (st != BC_OK) return raise(c, comm, st, bc_last_error());
+    g_served[static_cast<int>(c)].fetch_add(1, std::memory_order_relaxed);
+    return MPI_SUCCESS;
+  });
+}
+
+int allgather(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, int recvcount,
+              MPI_Datatype recvtype, MPI_Comm comm, int fallback_reason) {
+  const Coll c = Coll::Allgather;
+  return guarded(c, comm, [&]() -> int {
+    Reason why;
+    if (!route_start(fallback_reason, &why)) return pass(c, why);
+    const bool in_place = sendbuf == MPI_IN_PLACE;
+    CommState *cs = nullptr;
+    int p = 0;
+    int64_t rsize = 0, ssize = 0;
+    if (bad(comm, MPI_COMM_NULL) || recvcount < 0 || bad(recvtype, MPI_DATATYPE_NULL) || recvbuf == MPI_IN_PLACE ||
+        (!in_place && (sendcount < 0 || bad(sendtype, MPI_DATATYPE_NULL))) ||
+        PMPI_Comm_size(comm, &p) != MPI_SUCCESS)
+      why = Reason::InvalidArgs;
+    else if ((rsize = dense_size(recvtype)) == 0 || (!in_place && (ssize = dense_size(sendtype)) == 0))
+      why = Reason::Derived;
+    else if (!in_place && static_cast<int64_t>(sendcount) * ssize != static_cast<int64_t>(recvcount) * rsize)
+      why = Reason::TypeMismatch;
+    else if (static_cast<int64_t>(recvcount) * rsize * p < g_min_bytes)
+      why = Reason::Small;
+    else
+      why = comm_route(comm, &cs);
+    if (why != kServe) return pass(c, why);
+    bc_status_t st;
+    {
+      Inside in;
+      // Any dense datatype travels as bytes; in place, this rank's block is
+      // already at recvbuf + rank * block, as BC_IN_PLACE expects.
+      st = bc_allgather(in_place ? BC_IN_PLACE : sendbuf, recvbuf, static_cast<int64_t>(recvcount) * rsize,
+                        BC_UINT8, cs->bc);
+    }
+    if (st != BC_OK) return raise(c, comm, st, bc_last_error());
+    g_served[static_cast<int>(c)].fetch_add(1, std::memory_order_relaxed);
+    return MPI_SUCCESS;
+  });
+}
+
+void init_now() { ensure_init(); }
+void finalize_now() { teardown(); }
+
+}  // namespace pmpi
+}  // namespace bc
+
+// ---- the C entry points ----
+extern "C" {
+
+BC_PMPI_EXPORT int MPI_Init(int *argc, char ***argv) {
+  const int rc = PMPI_Init(argc, argv);
+  if (rc == MPI_SUCCESS) bc::pmpi::init_now();
+  return rc;
+}
+
+BC_PMPI_EXPORT int MPI_Init_thread(int *argc, char ***argv, int required, int *provided) {
+  const int rc = PMPI_Init_thread(argc, argv, required, provided);
+  if (rc == MPI_SUCCESS) bc::pmpi::init_now();
+  return rc;
+}
+
+BC_PMPI_EXPORT int MPI_Finalize(void) {
+  bc::pmpi::finalize_now();  // frees MPI_COMM_WORLD's state (and every other) first
+  return PMPI_Finalize();
+}
+
+BC_PMPI_EXPORT int MPI_Allreduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
+                                 MPI_Comm comm) {
+  const int rc = bc::pmpi::allreduce(sendbuf, recvbuf, count, datatype, op, comm);
+  return rc != bc::pmpi::kPass ? rc : PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);
+}
+
+BC_PMPI_EXPORT int MPI_Iallreduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype,
+                                  MPI_Op op, MPI_Comm comm, MPI_Request *request) {
+  const int rc = bc::pmpi::iallreduce(sendbuf, recvbuf, count, datatype, op, comm, request);
+  return rc != bc::pmpi::kPass ? rc : PMPI_Iallreduce(sendbuf, recvbuf, count, datatype, op, comm, request);
+}
+
+BC_PMPI_EXPORT int MPI_Reduce_scatter_block(const void *sendbuf, void *recvbuf, int recvcount,
+                                            MPI_Datatype datatype, MPI_Op op, MPI_Comm comm) {
+  const int rc = bc::pmpi::reduce_scatter_block(sendbuf, recvbuf, recvcount, datatype, op, comm);
+  return rc != bc::pmpi::kPass ? rc : PMPI_Reduce_scatter_block(sendbuf, recvbuf, recvcount, datatype, op, comm);
+}
+
+BC_PMPI_EXPORT int MPI_Allgather(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
+                                 int recvcount, MPI_Datatype recvtype, MPI_Comm comm) {
+  const int rc = bc::pmpi::allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
+  return rc != bc::pmpi::kPass ? rc
+                               : PMPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
+}
+
+}  // extern "C"

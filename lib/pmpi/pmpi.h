@@ -1,0 +1,55 @@
+// The PMPI interposer (libblueconnect_mpi.so): shared between the C entry
+// points (pmpi.cc) and the Fortran ones (pmpi_fortran.cc).
+//
+// Every entry point runs the same route: the call is checked against what
+// BlueConnect serves (op, datatype, layout, communicator, size), and either
+// goes to BlueConnect or to the PMPI_ function unchanged. See docs/PMPI.md.
+#pragma once
+
+#include <mpi.h>
+
+#define BC_PMPI_EXPORT __attribute__((visibility("default")))
+
+namespace bc {
+namespace pmpi {
+
+// Why a call went to the MPI library instead of BlueConnect. Each has a row in
+// the BC_PMPI_STATS file; keep kReasonNames (pmpi.cc) in this order.
+enum class Reason : int {
+  Disabled = 0,   // BC_DISABLE=1
+  InitError,      // a BC_* parameter was invalid: the interposer turned itself off
+  InvalidArgs,    // MPI_COMM_NULL, a negative count, ...: MPI raises its own error
+  UserOp,         // a user-defined MPI_Op
+  Op,             // a predefined op BlueConnect does not have (MINLOC, LAND, ...)
+  Dtype,          // a predefined datatype BlueConnect does not reduce (MPI_SHORT, MPI_2INT, ...)
+  Derived,        // a derived datatype (reductions), or a non-contiguous one (allgather)
+  OpDtype,        // an op the datatype does not support (bitwise on floats): MPI decides
+  TypeMismatch,   // allgather whose send and receive sides differ in bytes
+  Intercomm,      // an intercommunicator
+  Small,          // below BC_PMPI_MIN_BYTES
+  CommSetup,      // bc_comm_create failed on this communicator (BC_DEBUG=PMPI says why)
+  BcComm,         // a communicator BlueConnect itself created
+  FortranSentinel,  // Fortran MPI_BOTTOM as a buffer, or an MPI whose Fortran sentinels are unknown
+  Count
+};
+
+enum class Coll : int { Allreduce = 0, ReduceScatterBlock, Allgather, Iallreduce, Count };
+
+// The routes. Called with C handles, after the Fortran layer translated its
+// arguments (MPI_IN_PLACE is MPI_IN_PLACE here). Each returns the MPI result
+// when BlueConnect served the call (or raised its error), or kPass when the
+// caller must hand the call, unchanged, to the MPI library (the C entry points
+// to PMPI_*, the Fortran ones to MPI's own Fortran binding). `fallback_reason`
+// >= 0 forces kPass, counted under that reason.
+constexpr int kPass = -1;
+int allreduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype dt, MPI_Op op, MPI_Comm comm,
+              int fallback_reason = -1);
+int reduce_scatter_block(const void *sendbuf, void *recvbuf, int recvcount, MPI_Datatype dt, MPI_Op op,
+                         MPI_Comm comm, int fallback_reason = -1);
+int allgather(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, int recvcount,
+              MPI_Datatype recvtype, MPI_Comm comm, int fallback_reason = -1);
+int iallreduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype dt, MPI_Op op, MPI_Comm comm,
+               MPI_Request *request, int fallback_reason = -1);
+
+}  // namespace pmpi
+}  // namespace bc
