@@ -15,9 +15,10 @@
 
 namespace bc {
 
-Hierarchy Hierarchy::build(const Topology &topo) {
+Hierarchy Hierarchy::build(const Topology &topo, Shape shape) {
   Hierarchy h;
   h.nranks = topo.nranks;
+  h.shape = static_cast<uint8_t>(shape);
   using Path = std::vector<int>;
   // held[u]: slot path -> rank, for each unit of the current level.
   std::vector<std::map<Path, int>> held(topo.nranks);
@@ -30,6 +31,7 @@ Hierarchy Hierarchy::build(const Topology &topo) {
       q = std::min(q, c.size());
       most = std::max(most, c.size());
     }
+    if (shape == Shape::Leader && l < topo.levels()) q = 1;
     std::vector<std::map<Path, int>> next(children.size());
     if (most <= 1) {  // nothing to combine at this level
       for (size_t u = 0; u < children.size(); ++u) next[u] = held[children[u][0]];
@@ -84,7 +86,8 @@ Range Hierarchy::final_range(int rank, int64_t count) const {
 
 std::string Hierarchy::describe(int64_t count, size_t elem_size) const {
   std::ostringstream os;
-  os << "plan: " << stages.size() << " reduce-scatter stage(s), then the same in reverse as all-gather; "
+  os << "plan (" << (shape ? "leader" : "split") << "): " << stages.size()
+     << " reduce-scatter stage(s), then the same in reverse as all-gather; "
      << count << " elements (" << count * static_cast<int64_t>(elem_size) << " bytes)\n";
   for (size_t s = 0; s < stages.size(); ++s) {
     const StageGroups &sg = stages[s];

@@ -38,12 +38,18 @@ struct StageGroups {
 
 struct Hierarchy {
   int nranks = 0;
+  uint8_t shape = 0;  // Shape, for printing
   std::vector<StageGroups> stages;  // reduce-scatter order: fastest level first
   // slot[s][r]: rank r's digit after stage s (its index among the owners), -1
   // when r is not an owner there.
   std::vector<std::vector<int>> slot;
   // Build from a topology. Stages in which every group has one member are left out.
-  static Hierarchy build(const Topology &topo);
+  // Shape::Split is BlueConnect's decomposition. Shape::Leader keeps one owner
+  // per group below the top level: every unit reduces into its first rank, only
+  // those leaders exchange, and the result is sent back down. Fewer steps on
+  // the slow levels, more bytes: for small messages.
+  enum class Shape : uint8_t { Split = 0, Leader };
+  static Hierarchy build(const Topology &topo, Shape shape = Shape::Split);
   // The range rank r owns after all reduce-scatter stages (count 0 when it owns
   // none: an extra somewhere).
   Range final_range(int rank, int64_t count) const;

@@ -87,12 +87,14 @@ std::vector<Data> simulate(const std::vector<Program> &progs, std::vector<Data> 
 // missing or doubled contribution changes the sum.
 int64_t contrib(int r, int64_t i) { return (int64_t{1} << r) * (1 + i % 5); }
 
-void check_all(const Topology &topo, Algo algo, const std::vector<int64_t> &counts) {
+void check_all(const Topology &topo, Algo algo, const std::vector<int64_t> &counts,
+               Hierarchy::Shape shape = Hierarchy::Shape::Split) {
   const int p = topo.nranks;
-  const Hierarchy h = Hierarchy::build(topo);
+  const Hierarchy h = Hierarchy::build(topo, shape);
   const int64_t full = (int64_t{1} << p) - 1;
   for (int64_t n : counts) {
-    INFO("topology " << topo.source << " p=" << p << " count=" << n << " algo=" << algo_name(algo));
+    INFO("topology " << topo.source << " p=" << p << " count=" << n << " algo=" << algo_name(algo)
+                     << " shape=" << static_cast<int>(shape));
     for (bool avg : {false, true}) {
       // allreduce
       std::vector<Program> progs(p);
@@ -180,6 +182,7 @@ TEST_CASE("plans give exact results on even hierarchies, every algorithm", "[pla
       REQUIRE(topo_parse(spec, p, &t) == BC_OK);
     }
     for (Algo a : {Algo::Auto, Algo::Ring, Algo::Direct}) check_all(t, a, counts_for(p));
+    check_all(t, Algo::Auto, counts_for(p), Hierarchy::Shape::Leader);
   }
 }
 
@@ -206,7 +209,30 @@ TEST_CASE("plans give exact results on uneven hierarchies", "[plan]") {
     REQUIRE(topo_parse(c.spec, c.p, &t) == BC_OK);
     REQUIRE(t.uneven());
     for (Algo a : {Algo::Auto, Algo::Ring, Algo::Direct}) check_all(t, a, counts_for(c.p));
+    check_all(t, Algo::Direct, counts_for(c.p), Hierarchy::Shape::Leader);
   }
+}
+
+TEST_CASE("the leader shape: one owner per node, only leaders cross nodes", "[plan]") {
+  Topology t;
+  REQUIRE(topo_parse("4x3", 12, &t) == BC_OK);
+  Hierarchy h = Hierarchy::build(t, Hierarchy::Shape::Leader);
+  REQUIRE(h.stages.size() == 2);
+  REQUIRE(h.stages[0].owners == 1);
+  REQUIRE(h.stages[1].groups == std::vector<std::vector<int>>{{0, 4, 8}});
+  REQUIRE(h.stages[1].owners == 3);
+  // A non-leader sends its whole buffer once and receives the result once.
+  Program prog;
+  REQUIRE(build_program(h, 5, CollKind::Allreduce, 1200, Algo::Direct, false, &prog) == BC_OK);
+  REQUIRE(prog.steps.size() == 2);
+  REQUIRE(prog.steps[0].sends.size() == 1);
+  REQUIRE(prog.steps[0].sends[0].peer == 4);
+  REQUIRE(prog.steps[0].sends[0].range.count == 1200);
+  // The leader: fold in 3 ranks, one direct exchange each way, send back to 3.
+  REQUIRE(build_program(h, 4, CollKind::Allreduce, 1200, Algo::Direct, false, &prog) == BC_OK);
+  REQUIRE(prog.steps.size() == 4);
+  REQUIRE(prog.steps[0].recvs.size() == 3);
+  REQUIRE(prog.steps[3].sends.size() == 3);
 }
 
 TEST_CASE("uneven layouts stay hierarchical: 3+2+3 folds one rank per 3-rank node", "[plan]") {
@@ -245,6 +271,7 @@ TEST_CASE("describe names the stages and groups", "[plan]") {
   REQUIRE(topo_parse("3,2,3", 8, &t) == BC_OK);
   Hierarchy h = Hierarchy::build(t);
   std::string d = h.describe(1000, 4);
+  REQUIRE(d.find("plan (split)") != std::string::npos);
   REQUIRE(d.find("stage 1 (level 1): 3 parallel group(s), 2 owner(s)") != std::string::npos);
   REQUIRE(d.find("{0,1,2*}") != std::string::npos);
   Program prog;
