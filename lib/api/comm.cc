@@ -75,7 +75,9 @@ Status select_transports(bc_comm *c) {
 Status comm_setup(bc_comm *c) {
   BC_CHECK(topo_detect(c->mpi, c->params, &c->topo));
   c->hier = Hierarchy::build(c->topo);
+  c->hier_leader = Hierarchy::build(c->topo, Hierarchy::Shape::Leader);
   BC_CHECK(algo_parse(c->params.get_str(ParamId::Algo), &c->algo));
+  BC_CHECK(plan_rules_parse(c->params.get_str(ParamId::Plan), &c->plan_rules));
   BC_CHECK(agree(c->mpi, select_transports(c), "transport selection"));
   if (c->rank == 0 && log_enabled(LogLevel::Info, LogSys::Plan))
     BC_INFO(Plan, "%s", c->hier.describe(c->size * 1024, 4).c_str());
@@ -194,8 +196,18 @@ Status comm_destroy(bc_comm *comm) {
   return BC_OK;
 }
 
-Status comm_plan(bc_comm *c, CollKind kind, bool average, int64_t count, std::shared_ptr<const Program> *out) {
-  bc_comm::PlanKey key{static_cast<int>(kind), average, count};
+PlanChoice comm_choose(const bc_comm *c, int64_t bytes) {
+  PlanChoice base;
+  base.algo = c->algo;
+  base.chunk_bytes = c->params.get_int(ParamId::Chunk);
+  base.depth = static_cast<int>(std::max<int64_t>(1, c->params.get_int(ParamId::PipelineDepth)));
+  return plan_choose(c->plan_rules, bytes, base);
+}
+
+Status comm_plan(bc_comm *c, CollKind kind, bool average, int64_t count, const PlanChoice &choice,
+                 std::shared_ptr<const Program> *out) {
+  bc_comm::PlanKey key{static_cast<int>(kind), average, count, static_cast<int>(choice.shape),
+                       static_cast<int>(choice.algo)};
   for (auto it = c->plans.begin(); it != c->plans.end(); ++it) {
     if (it->first == key) {
       c->plans.splice(c->plans.end(), c->plans, it);  // most recently used last
@@ -204,7 +216,8 @@ Status comm_plan(bc_comm *c, CollKind kind, bool average, int64_t count, std::sh
     }
   }
   std::shared_ptr<Program> prog(new Program);
-  BC_CHECK(build_program(c->hier, c->rank, kind, count, c->algo, average, prog.get()));
+  const Hierarchy &h = choice.shape == Hierarchy::Shape::Leader ? c->hier_leader : c->hier;
+  BC_CHECK(build_program(h, c->rank, kind, count, choice.algo, average, prog.get()));
   if (log_enabled(LogLevel::Debug, LogSys::Plan))
     BC_DEBUGLOG(Plan, "rank %d %s", c->rank, describe_program(*prog, 1).c_str());
   const size_t max_plans = static_cast<size_t>(std::max<int64_t>(1, c->params.get_int(ParamId::MaxPlanCache)));
@@ -252,16 +265,16 @@ Status start(bc_comm *c, const CollArgs &a, std::unique_ptr<Operation> *op_out, 
 
   // Only the all-reduce is cut into chunks: reduce_scatter and allgather tie
   // blocks to ranks across the whole buffer.
+  const PlanChoice choice = comm_choose(c, total * static_cast<int64_t>(elem));
   int64_t nchunks = 1;
-  const int64_t chunk_bytes = c->params.get_int(ParamId::Chunk);
-  if (a.kind == CollKind::Allreduce && chunk_bytes > 0) {
-    const int64_t chunk_elems = std::max<int64_t>(1, chunk_bytes / static_cast<int64_t>(elem));
+  if (a.kind == CollKind::Allreduce && choice.chunk_bytes > 0) {
+    const int64_t chunk_elems = std::max<int64_t>(1, choice.chunk_bytes / static_cast<int64_t>(elem));
     nchunks = (total + chunk_elems - 1) / chunk_elems;
   }
   std::shared_ptr<const Program> big, small;
-  BC_CHECK(comm_plan(c, a.kind, a.op == BC_AVG, block_count(total, nchunks, 0), &big));
+  BC_CHECK(comm_plan(c, a.kind, a.op == BC_AVG, block_count(total, nchunks, 0), choice, &big));
   small = big;
-  if (total % nchunks != 0) BC_CHECK(comm_plan(c, a.kind, a.op == BC_AVG, total / nchunks, &small));
+  if (total % nchunks != 0) BC_CHECK(comm_plan(c, a.kind, a.op == BC_AVG, total / nchunks, choice, &small));
 
   unsigned char *work = nullptr;
   auto *recv = static_cast<unsigned char *>(a.recvbuf);
@@ -293,8 +306,7 @@ Status start(bc_comm *c, const CollArgs &a, std::unique_ptr<Operation> *op_out, 
   ctx.nranks = c->size;
   ctx.timeout_ms = c->params.get_int(ParamId::Timeout);
   ctx.spin_count = std::max<int64_t>(1, c->params.get_int(ParamId::SpinCount));
-  const int depth = static_cast<int>(std::max<int64_t>(1, c->params.get_int(ParamId::PipelineDepth)));
-  op_out->reset(new Operation(ctx, work, total, nchunks, depth, big, small, c->seq));
+  op_out->reset(new Operation(ctx, work, total, nchunks, choice.depth, big, small, c->seq));
   c->seq += static_cast<uint32_t>(nchunks);
   *work_out = work;
   return BC_OK;
@@ -365,13 +377,20 @@ Status comm_describe(bc_comm *c, int64_t count, bc_dtype_t dtype, std::string *o
   BC_CHECK(comm_check(c));
   if (count < 0) return BC_FAIL(BC_ERR_INVALID_ARG, "count is negative");
   if (!dtype_is_valid(dtype)) return BC_FAIL(BC_ERR_INVALID_ARG, "unknown dtype %d", static_cast<int>(dtype));
+  const size_t elem = bc_dtype_size(dtype);
+  const PlanChoice choice = comm_choose(c, count * static_cast<int64_t>(elem));
+  const int64_t chunk_elems = choice.chunk_bytes > 0 ? std::max<int64_t>(1, choice.chunk_bytes / static_cast<int64_t>(elem)) : count;
+  const int64_t nchunks = count > 0 ? (count + chunk_elems - 1) / std::max<int64_t>(1, chunk_elems) : 1;
   std::shared_ptr<const Program> prog;
-  BC_CHECK(comm_plan(c, CollKind::Allreduce, false, count, &prog));
+  BC_CHECK(comm_plan(c, CollKind::Allreduce, false, block_count(count, nchunks, 0), choice, &prog));
+  const Hierarchy &h = choice.shape == Hierarchy::Shape::Leader ? c->hier_leader : c->hier;
   std::ostringstream os;
-  os << c->topo.describe() << c->hier.describe(count, bc_dtype_size(dtype));
+  os << c->topo.describe() << "choice for " << count * static_cast<int64_t>(elem) << " bytes: "
+     << plan_choice_describe(choice) << " -> " << nchunks << " chunk(s)\n"
+     << h.describe(block_count(count, nchunks, 0), elem);
   os << "transports:";
   for (auto &t : c->transports) os << " " << t->name();
-  os << "\nrank " << c->rank << " " << describe_program(*prog, bc_dtype_size(dtype));
+  os << "\nrank " << c->rank << " " << describe_program(*prog, elem);
   *out = os.str();
   return BC_OK;
 }

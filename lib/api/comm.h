@@ -12,6 +12,7 @@
 
 #include "core/params.h"
 #include "plan/plan.h"
+#include "plan/rules.h"
 #include "topo/topo.h"
 #include "transports/transport.h"
 
@@ -22,8 +23,10 @@ struct bc_comm {
   int size = 0;
   bc::ParamSet params;
   bc::Topology topo;
-  bc::Hierarchy hier;
+  bc::Hierarchy hier;         // BlueConnect's split
+  bc::Hierarchy hier_leader;  // one owner per unit below the top, for small messages
   bc::Algo algo = bc::Algo::Auto;
+  std::vector<bc::PlanRule> plan_rules;
   std::vector<std::unique_ptr<bc::Transport>> transports;
   std::vector<bc::Transport *> peer_transport;  // per rank
   uint32_t seq = 0;
@@ -31,8 +34,8 @@ struct bc_comm {
   std::vector<unsigned char> staging;  // reduce_scatter's full-size work buffer
   std::vector<double> last_stage_seconds;
 
-  // Plans by (collective, average?, count), least recently used first.
-  using PlanKey = std::tuple<int, bool, int64_t>;
+  // Plans by (collective, average?, count, shape, algorithm), least recently used first.
+  using PlanKey = std::tuple<int, bool, int64_t, int, int>;
   // Shared: an operation in flight keeps its plans alive if the cache drops them.
   std::list<std::pair<PlanKey, std::shared_ptr<const bc::Program>>> plans;
   int inflight = 0;  // non-blocking operations not yet completed
@@ -65,7 +68,10 @@ Status comm_create(MPI_Comm comm, const char *options, bc_comm **out);
 Status comm_destroy(bc_comm *comm);
 // BC_ERR_INVALID_COMM unless `comm` is a live communicator.
 Status comm_check(const bc_comm *comm);
-Status comm_plan(bc_comm *comm, CollKind kind, bool average, int64_t count, std::shared_ptr<const Program> *out);
+// The plan choice for a buffer of `bytes` (BC_PLAN rules over the defaults).
+PlanChoice comm_choose(const bc_comm *comm, int64_t bytes);
+Status comm_plan(bc_comm *comm, CollKind kind, bool average, int64_t count, const PlanChoice &choice,
+                 std::shared_ptr<const Program> *out);
 
 struct CollArgs {
   CollKind kind;

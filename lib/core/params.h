@@ -32,6 +32,7 @@ enum class ParamId : int {
   UcxWait,      // BC_UCX_WAIT
   Chunk,        // BC_CHUNK
   PipelineDepth,// BC_PIPELINE_DEPTH
+  Plan,         // BC_PLAN
   Count
 };
 

@@ -102,3 +102,26 @@ TEST_CASE("non-blocking all-reduce: several in flight, completed by test and wai
     REQUIRE(bc_comm_destroy(&comm) == BC_OK);
   }
 }
+
+TEST_CASE("BC_PLAN: leader shape for small buffers, split and chunks for large", "[plan][pipeline]") {
+  const int p = world_size(), r = world_rank();
+  std::vector<std::string> lays = {"BC_PLAN=-4K:shape=leader,algo=direct|4K-:chunk=2K,depth=3"};
+  if (p >= 3) lays.push_back("BC_TOPO=1," + std::to_string(p - 1) + ";BC_PLAN=-:shape=leader");
+  if (p >= 4 && p % 2 == 0) lays.push_back("BC_TOPO=2;BC_PLAN=-1K:shape=leader,algo=rhd|1K-:algo=ring,chunk=1K");
+  for (const std::string &layout : lays) {
+    bc_comm_t comm = nullptr;
+    INFO("layout " << layout << ": " << bc_last_error());
+    REQUIRE(everywhere(bc_comm_create_with(MPI_COMM_WORLD, layout.c_str(), &comm) == BC_OK));
+    for (bc_dtype_t t : {BC_FLOAT32, BC_INT64, BC_FLOAT16})
+      for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{300}, int64_t{2049}, int64_t{30011}}) {
+        Case c{t, BC_SUM, n, nullptr};
+        c.fill(r, p);
+        bc_status_t st = bc_allreduce(BC_IN_PLACE, c.buf->data(), n, t, BC_SUM, comm);
+        INFO(bc_dtype_name(t) << " count " << n << ": " << bc_last_error());
+        REQUIRE(everywhere(st == BC_OK && c.right(p)));
+      }
+    REQUIRE(bc_comm_destroy(&comm) == BC_OK);
+  }
+  bc_comm_t comm = nullptr;
+  REQUIRE(bc_comm_create_with(MPI_COMM_WORLD, "BC_PLAN=-1K:shape=ring", &comm) == BC_ERR_PARAM);
+}

@@ -278,3 +278,32 @@ TEST_CASE("describe names the stages and groups", "[plan]") {
   REQUIRE(build_program(h, 2, CollKind::Allreduce, 1000, Algo::Auto, false, &prog) == BC_OK);
   REQUIRE(describe_program(prog, 4).find("send[0]0+1000") != std::string::npos);
 }
+
+#include "plan/rules.h"
+
+TEST_CASE("BC_PLAN rules: syntax, first match wins, unset settings keep the base", "[plan][rules]") {
+  std::vector<PlanRule> rules;
+  REQUIRE(plan_rules_parse("-32K:shape=leader,algo=direct| 32K-16M:chunk=1M,depth=3 |16M-:algo=ring", &rules) == BC_OK);
+  REQUIRE(rules.size() == 3);
+  PlanChoice base;
+  base.chunk_bytes = 4 << 20;
+  base.depth = 2;
+  PlanChoice c = plan_choose(rules, 100, base);
+  REQUIRE(c.shape == Hierarchy::Shape::Leader);
+  REQUIRE(c.algo == Algo::Direct);
+  REQUIRE(c.chunk_bytes == 4 << 20);
+  c = plan_choose(rules, 32 * 1024, base);
+  REQUIRE(c.shape == Hierarchy::Shape::Split);
+  REQUIRE(c.chunk_bytes == 1 << 20);
+  REQUIRE(c.depth == 3);
+  c = plan_choose(rules, 64 << 20, base);
+  REQUIRE(c.algo == Algo::Ring);
+  REQUIRE(plan_rules_parse("", &rules) == BC_OK);
+  REQUIRE(rules.empty());
+  for (const char *badspec : {"leader", "-1K", "1K-1K:algo=ring", "x-:algo=ring", "-1K:algo=fast",
+                              "-1K:shape=tree", "-1K:depth=0", "-1K:colour=red", "-1K:algo"}) {
+    INFO(badspec);
+    REQUIRE(plan_rules_parse(badspec, &rules) == BC_ERR_PARAM);
+    REQUIRE(std::string(last_error()).find("BC_PLAN") != std::string::npos);
+  }
+}

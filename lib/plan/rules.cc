@@ -1,0 +1,95 @@
+#include "plan/rules.h"
+
+#include <sstream>
+
+#include "core/params.h"
+
+namespace bc {
+namespace {
+
+std::string trim(const std::string &s) {
+  size_t b = s.find_first_not_of(" \t"), e = s.find_last_not_of(" \t");
+  return b == std::string::npos ? "" : s.substr(b, e - b + 1);
+}
+
+Status bad(const std::string &text, const std::string &what) {
+  return BC_FAIL(BC_ERR_PARAM,
+                 "BC_PLAN='%s': %s; expected rules like '-32K:shape=leader,algo=direct|32K-:chunk=4M,depth=2'",
+                 text.c_str(), what.c_str());
+}
+
+}  // namespace
+
+Status plan_rules_parse(const std::string &text, std::vector<PlanRule> *out) {
+  out->clear();
+  std::stringstream rules(text);
+  std::string item;
+  while (std::getline(rules, item, '|')) {
+    item = trim(item);
+    if (item.empty()) continue;
+    const size_t colon = item.find(':');
+    if (colon == std::string::npos) return bad(text, "rule '" + item + "' has no ':'");
+    const std::string range = trim(item.substr(0, colon));
+    const size_t dash = range.find('-');
+    if (dash == std::string::npos) return bad(text, "range '" + range + "' has no '-'");
+    PlanRule rule;
+    const std::string lo = trim(range.substr(0, dash)), hi = trim(range.substr(dash + 1));
+    if (!lo.empty() && !parse_bytes(lo, &rule.min_bytes)) return bad(text, "'" + lo + "' is not a size");
+    if (!hi.empty() && !parse_bytes(hi, &rule.max_bytes)) return bad(text, "'" + hi + "' is not a size");
+    if (rule.max_bytes <= rule.min_bytes) return bad(text, "range '" + range + "' is empty");
+    std::stringstream settings(item.substr(colon + 1));
+    std::string kv;
+    while (std::getline(settings, kv, ',')) {
+      kv = trim(kv);
+      const size_t eq = kv.find('=');
+      if (eq == std::string::npos) return bad(text, "setting '" + kv + "' is not KEY=VALUE");
+      const std::string key = trim(kv.substr(0, eq)), value = trim(kv.substr(eq + 1));
+      if (key == "shape") {
+        if (value == "split") rule.choice.shape = Hierarchy::Shape::Split;
+        else if (value == "leader") rule.choice.shape = Hierarchy::Shape::Leader;
+        else return bad(text, "shape '" + value + "' is not split or leader");
+        rule.has_shape = true;
+      } else if (key == "algo") {
+        if (algo_parse(value, &rule.choice.algo) != BC_OK) {
+          clear_error();
+          return bad(text, "algo '" + value + "' is not auto, ring, rhd or direct");
+        }
+        rule.has_algo = true;
+      } else if (key == "chunk") {
+        if (!parse_bytes(value, &rule.choice.chunk_bytes)) return bad(text, "chunk '" + value + "' is not a size");
+        rule.has_chunk = true;
+      } else if (key == "depth") {
+        int64_t d = 0;
+        if (!parse_bytes(value, &d) || d < 1 || d > 1024) return bad(text, "depth '" + value + "' is not 1..1024");
+        rule.choice.depth = static_cast<int>(d);
+        rule.has_depth = true;
+      } else {
+        return bad(text, "unknown setting '" + key + "'");
+      }
+    }
+    out->push_back(rule);
+  }
+  return BC_OK;
+}
+
+PlanChoice plan_choose(const std::vector<PlanRule> &rules, int64_t bytes, const PlanChoice &base) {
+  for (const PlanRule &r : rules) {
+    if (bytes < r.min_bytes || bytes >= r.max_bytes) continue;
+    PlanChoice c = base;
+    if (r.has_shape) c.shape = r.choice.shape;
+    if (r.has_algo) c.algo = r.choice.algo;
+    if (r.has_chunk) c.chunk_bytes = r.choice.chunk_bytes;
+    if (r.has_depth) c.depth = r.choice.depth;
+    return c;
+  }
+  return base;
+}
+
+std::string plan_choice_describe(const PlanChoice &c) {
+  std::ostringstream os;
+  os << "shape=" << (c.shape == Hierarchy::Shape::Leader ? "leader" : "split") << ",algo=" << algo_name(c.algo)
+     << ",chunk=" << c.chunk_bytes << ",depth=" << c.depth;
+  return os.str();
+}
+
+}  // namespace bc

@@ -1,0 +1,42 @@
+// Plan choice per message size: BC_PLAN rules, and the defaults.
+//
+// BC_PLAN is a '|'-separated list of rules, the first match winning:
+//   RANGE:SETTING[,SETTING...]
+// RANGE is MIN-MAX in bytes of the whole buffer, MAX excluded, either side may
+// be left out ("-64K", "64K-", "1M-16M"); SETTINGs are
+//   shape=split|leader   BlueConnect's split, or reduce to node leaders (small)
+//   algo=auto|ring|rhd|direct
+//   chunk=BYTES          pipelining chunk (0 = none)
+//   depth=N              chunks in flight
+// e.g. BC_PLAN="-32K:shape=leader,algo=direct|32K-:chunk=4M,depth=2".
+// Settings a rule leaves out come from BC_ALGO, BC_CHUNK, BC_PIPELINE_DEPTH.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "plan/plan.h"
+
+namespace bc {
+
+struct PlanChoice {
+  Hierarchy::Shape shape = Hierarchy::Shape::Split;
+  Algo algo = Algo::Auto;
+  int64_t chunk_bytes = 0;
+  int depth = 1;
+};
+
+struct PlanRule {
+  int64_t min_bytes = 0;
+  int64_t max_bytes = INT64_MAX;  // excluded
+  bool has_shape = false, has_algo = false, has_chunk = false, has_depth = false;
+  PlanChoice choice;
+};
+
+Status plan_rules_parse(const std::string &text, std::vector<PlanRule> *out);
+// The first rule whose range holds `bytes` overrides what it sets in `base`.
+PlanChoice plan_choose(const std::vector<PlanRule> &rules, int64_t bytes, const PlanChoice &base);
+std::string plan_choice_describe(const PlanChoice &c);
+
+}  // namespace bc
