@@ -207,7 +207,7 @@ PlanChoice comm_choose(const bc_comm *c, int64_t bytes) {
 Status comm_plan(bc_comm *c, CollKind kind, bool average, int64_t count, const PlanChoice &choice,
                  std::shared_ptr<const Program> *out) {
   bc_comm::PlanKey key{static_cast<int>(kind), average, count, static_cast<int>(choice.shape),
-                       static_cast<int>(choice.algo)};
+                       static_cast<int>(choice.algo), choice.top_rd};
   for (auto it = c->plans.begin(); it != c->plans.end(); ++it) {
     if (it->first == key) {
       c->plans.splice(c->plans.end(), c->plans, it);  // most recently used last
@@ -217,7 +217,7 @@ Status comm_plan(bc_comm *c, CollKind kind, bool average, int64_t count, const P
   }
   std::shared_ptr<Program> prog(new Program);
   const Hierarchy &h = choice.shape == Hierarchy::Shape::Leader ? c->hier_leader : c->hier;
-  BC_CHECK(build_program(h, c->rank, kind, count, choice.algo, average, prog.get()));
+  BC_CHECK(build_program(h, c->rank, kind, count, choice.algo, average, prog.get(), choice.top_rd));
   if (log_enabled(LogLevel::Debug, LogSys::Plan))
     BC_DEBUGLOG(Plan, "rank %d %s", c->rank, describe_program(*prog, 1).c_str());
   const size_t max_plans = static_cast<size_t>(std::max<int64_t>(1, c->params.get_int(ParamId::MaxPlanCache)));

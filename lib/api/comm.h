@@ -34,8 +34,8 @@ struct bc_comm {
   std::vector<unsigned char> staging;  // reduce_scatter's full-size work buffer
   std::vector<double> last_stage_seconds;
 
-  // Plans by (collective, average?, count, shape, algorithm), least recently used first.
-  using PlanKey = std::tuple<int, bool, int64_t, int, int>;
+  // Plans by (collective, average?, count, shape, algorithm, top rd?), least recently used first.
+  using PlanKey = std::tuple<int, bool, int64_t, int, int, bool>;
   // Shared: an operation in flight keeps its plans alive if the cache drops them.
   std::list<std::pair<PlanKey, std::shared_ptr<const bc::Program>>> plans;
   int inflight = 0;  // non-blocking operations not yet completed

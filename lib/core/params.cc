@@ -72,12 +72,14 @@ const ParamDef kParamDefs[] = {
      "more but pay each step's latency more often."},
     {ParamId::PipelineDepth, "BC_PIPELINE_DEPTH", ParamType::Int, "2", nullptr,
      "All-reduce pipelining: chunks in flight at once (at least 1)."},
-    {ParamId::Plan, "BC_PLAN", ParamType::String, "", nullptr,
+    {ParamId::Plan, "BC_PLAN", ParamType::String, "-32K:shape=leader,top=rd", nullptr,
      "Plan per message size, overriding the built-in choice: '|'-separated rules "
-     "'MIN-MAX:shape=split|leader,algo=auto|ring|rhd|direct,chunk=BYTES,depth=N' (bytes of the "
+     "'MIN-MAX:shape=split|leader,algo=auto|ring|rhd|direct,top=rd|split,chunk=BYTES,depth=N' (bytes of the "
      "whole buffer, MAX excluded, either side optional; first match wins), e.g. "
      "'-32K:shape=leader,algo=direct|32K-:chunk=4M'. Unset settings come from BC_ALGO, BC_CHUNK, "
-     "BC_PIPELINE_DEPTH."},
+     "BC_PIPELINE_DEPTH. The default sends buffers under 32 KiB through node leaders and recursive "
+     "doubling (fewest steps); larger ones take BlueConnect's split. BC_PLAN= (empty) means the "
+     "split for every size."},
 };
 static_assert(sizeof(kParamDefs) / sizeof(kParamDefs[0]) == static_cast<size_t>(ParamId::Count),
               "one row per ParamId");

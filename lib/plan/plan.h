@@ -22,7 +22,10 @@
 
 namespace bc {
 
-enum class Algo : uint8_t { Auto = 0, Ring, Rhd, Direct };
+// Rd (recursive doubling) is an all-reduce of the top stage as a whole, RS and
+// AG in one: log2(q) exchanges of the full range; BC_ALGO cannot force it per
+// stage (see build_program's top_allreduce).
+enum class Algo : uint8_t { Auto = 0, Ring, Rhd, Direct, Rd };
 const char *algo_name(Algo a);
 Status algo_parse(const std::string &text, Algo *out);
 
@@ -110,8 +113,13 @@ extern const AlgoImpl kAlgoDirect;
 // that cannot serve a group fails with BC_ERR_NOT_SUPPORTED.
 // ReduceScatter: count = p * recvcount (equal blocks, rank order).
 // Allgather: count = p * sendcount.
+// top_allreduce: for an all-reduce whose top stage has a power-of-two number of
+// owners, run that stage as recursive doubling (every owner ends with the whole
+// range) instead of RS + AG: half the steps, for small messages. Both partners
+// of an exchange combine the same two values, so every rank still gets the
+// same bits. Ignored (the split runs) when the top group is not a power of two.
 Status build_program(const Hierarchy &h, int rank, CollKind kind, int64_t count, Algo algo,
-                     bool average, Program *out);
+                     bool average, Program *out, bool top_allreduce = false);
 
 std::string describe_program(const Program &p, size_t elem_size);
 

@@ -22,7 +22,7 @@ const AlgoImpl *algo_impl(Algo a) {
     case Algo::Ring: return &kAlgoRing;
     case Algo::Rhd: return &kAlgoRhd;
     case Algo::Direct: return &kAlgoDirect;
-    default: return nullptr;
+    default: return nullptr;  // Auto, and Rd which is not a per-stage algorithm
   }
 }
 
@@ -40,6 +40,24 @@ struct Builder {
   Program *prog;
   int last_stage = -1;  // the last stage this rank takes part in
   bool extra_at_last = false;
+  bool top_rd = false;    // asked for recursive doubling at the top stage
+  bool top_full = false;  // ... and it applies: the top owners hold the whole range
+
+  // Recursive doubling among the top stage's owners (a power of two).
+  void recursive_doubling(int s, const std::vector<int> &owners, int me, const Range &range) {
+    const int q = static_cast<int>(owners.size());
+    uint32_t sub = 1;
+    for (int d = 1; d < q; d <<= 1, ++sub) {
+      Step st;
+      st.tag = tag_base(s, 0) + sub;
+      st.stage = s;
+      st.combine = Combine::Reduce;
+      add_send(&st, owners[me ^ d], range);
+      add_recv(&st, owners[me ^ d], range);
+      prog->steps.push_back(std::move(st));
+    }
+    prog->stage_algos[s] = Algo::Rd;
+  }
 
   // My group at stage s: the owners' ranks, my index, the range.
   bool group(int s, std::vector<int> *owners, std::vector<int> *members, int *me, Range *range) const {
@@ -93,6 +111,12 @@ struct Builder {
         for (int e = me + q; e < m; e += q) add_recv(&st, members[e], range);
         prog->steps.push_back(std::move(st));
       }
+      const bool top = s + 1 == static_cast<int>(h.stages.size());
+      if (top && top_rd && q > 1 && (q & (q - 1)) == 0) {
+        top_full = true;
+        recursive_doubling(s, owners, me, range);
+        continue;
+      }
       BC_CHECK(run_algo(s, 0, owners, me, range));
     }
     return BC_OK;
@@ -113,7 +137,7 @@ struct Builder {
         prog->steps.push_back(std::move(st));
         continue;
       }
-      BC_CHECK(run_algo(s, 1, owners, me, range));
+      if (!(top_full && s + 1 == static_cast<int>(h.stages.size()))) BC_CHECK(run_algo(s, 1, owners, me, range));
       if (m > q) {
         Step st;
         st.tag = tag_base(s, 1);
@@ -126,7 +150,10 @@ struct Builder {
   }
 
   void finish_avg() {
-    Range mine = h.final_range(rank, count);
+    const int top = static_cast<int>(h.stages.size()) - 1;
+    // With recursive doubling at the top every top owner holds (and divides) its
+    // whole top range; otherwise each owner divides the block it owns.
+    Range mine = top_full && !extra_at_last ? h.range_before(top, rank, count) : h.final_range(rank, count);
     if (mine.count == 0) return;
     Step st;
     st.finish_avg = true;
@@ -151,6 +178,7 @@ struct Builder {
 }  // namespace
 
 const char *algo_name(Algo a) {
+  if (a == Algo::Rd) return "rd";
   const AlgoImpl *impl = algo_impl(a);
   return impl ? impl->name : "auto";
 }
@@ -162,7 +190,7 @@ Status algo_parse(const std::string &text, Algo *out) {
 }
 
 Status build_program(const Hierarchy &h, int rank, CollKind kind, int64_t count, Algo algo,
-                     bool average, Program *out) {
+                     bool average, Program *out, bool top_allreduce) {
   if (rank < 0 || rank >= h.nranks || count < 0)
     return BC_FAIL(BC_ERR_INVALID_ARG, "build_program: rank %d of %d, count %lld", rank, h.nranks,
                    static_cast<long long>(count));
@@ -171,6 +199,7 @@ Status build_program(const Hierarchy &h, int rank, CollKind kind, int64_t count,
   prog.count = count;
   prog.stage_algos.assign(h.stages.size(), Algo::Auto);
   Builder b{h, rank, count, algo, &prog};
+  b.top_rd = top_allreduce && kind == CollKind::Allreduce;
   const int p = h.nranks;
   std::vector<Range> owned(p), rank_order(p);
   for (int r = 0; r < p; ++r) {

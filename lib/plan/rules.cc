@@ -55,6 +55,11 @@ Status plan_rules_parse(const std::string &text, std::vector<PlanRule> *out) {
           return bad(text, "algo '" + value + "' is not auto, ring, rhd or direct");
         }
         rule.has_algo = true;
+      } else if (key == "top") {
+        if (value == "rd") rule.choice.top_rd = true;
+        else if (value == "split") rule.choice.top_rd = false;
+        else return bad(text, "top '" + value + "' is not rd or split");
+        rule.has_top = true;
       } else if (key == "chunk") {
         if (!parse_bytes(value, &rule.choice.chunk_bytes)) return bad(text, "chunk '" + value + "' is not a size");
         rule.has_chunk = true;
@@ -78,6 +83,7 @@ PlanChoice plan_choose(const std::vector<PlanRule> &rules, int64_t bytes, const 
     PlanChoice c = base;
     if (r.has_shape) c.shape = r.choice.shape;
     if (r.has_algo) c.algo = r.choice.algo;
+    if (r.has_top) c.top_rd = r.choice.top_rd;
     if (r.has_chunk) c.chunk_bytes = r.choice.chunk_bytes;
     if (r.has_depth) c.depth = r.choice.depth;
     return c;
@@ -87,7 +93,7 @@ PlanChoice plan_choose(const std::vector<PlanRule> &rules, int64_t bytes, const 
 
 std::string plan_choice_describe(const PlanChoice &c) {
   std::ostringstream os;
-  os << "shape=" << (c.shape == Hierarchy::Shape::Leader ? "leader" : "split") << ",algo=" << algo_name(c.algo)
+  os << "shape=" << (c.shape == Hierarchy::Shape::Leader ? "leader" : "split") << ",algo=" << algo_name(c.algo) << ",top=" << (c.top_rd ? "rd" : "split")
      << ",chunk=" << c.chunk_bytes << ",depth=" << c.depth;
   return os.str();
 }

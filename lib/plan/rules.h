@@ -6,6 +6,8 @@
 // be left out ("-64K", "64K-", "1M-16M"); SETTINGs are
 //   shape=split|leader   BlueConnect's split, or reduce to node leaders (small)
 //   algo=auto|ring|rhd|direct
+//   top=rd|split         the top stage as one recursive-doubling all-reduce (rd)
+//                        or as RS + AG (split); rd needs a power-of-two top group
 //   chunk=BYTES          pipelining chunk (0 = none)
 //   depth=N              chunks in flight
 // e.g. BC_PLAN="-32K:shape=leader,algo=direct|32K-:chunk=4M,depth=2".
@@ -23,6 +25,7 @@ namespace bc {
 struct PlanChoice {
   Hierarchy::Shape shape = Hierarchy::Shape::Split;
   Algo algo = Algo::Auto;
+  bool top_rd = false;
   int64_t chunk_bytes = 0;
   int depth = 1;
 };
@@ -30,7 +33,7 @@ struct PlanChoice {
 struct PlanRule {
   int64_t min_bytes = 0;
   int64_t max_bytes = INT64_MAX;  // excluded
-  bool has_shape = false, has_algo = false, has_chunk = false, has_depth = false;
+  bool has_shape = false, has_algo = false, has_top = false, has_chunk = false, has_depth = false;
   PlanChoice choice;
 };
 

@@ -100,7 +100,14 @@ std::vector<int64_t> small_counts(int p) { return {0, 1, 2, std::max(1, p - 1), 
 
 TEST_CASE("allreduce: every dtype x op x count on every layout", "[allreduce]") {
   const int p = world_size();
-  sweep_allreduce(MPI_COMM_WORLD, layouts(p), small_counts(p));
+  // Each layout with the default plan choice (small buffers through node
+  // leaders and recursive doubling) and with BlueConnect's split at every size.
+  std::vector<std::string> lays;
+  for (const std::string &l : layouts(p)) {
+    lays.push_back(l);
+    lays.push_back(l + (l.empty() ? "" : ";") + "BC_PLAN=");
+  }
+  sweep_allreduce(MPI_COMM_WORLD, lays, small_counts(p));
 }
 
 TEST_CASE("allreduce: forced algorithms", "[allreduce]") {

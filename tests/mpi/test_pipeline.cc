@@ -105,7 +105,8 @@ TEST_CASE("non-blocking all-reduce: several in flight, completed by test and wai
 
 TEST_CASE("BC_PLAN: leader shape for small buffers, split and chunks for large", "[plan][pipeline]") {
   const int p = world_size(), r = world_rank();
-  std::vector<std::string> lays = {"BC_PLAN=-4K:shape=leader,algo=direct|4K-:chunk=2K,depth=3"};
+  std::vector<std::string> lays = {"BC_PLAN=-4K:shape=leader,algo=direct|4K-:chunk=2K,depth=3",
+                                   "BC_PLAN=-:top=rd", "BC_PLAN=-8K:shape=leader,top=rd|8K-:top=rd,chunk=4K"};
   if (p >= 3) lays.push_back("BC_TOPO=1," + std::to_string(p - 1) + ";BC_PLAN=-:shape=leader");
   // rhd needs a power-of-two number of leaders (p/2 of them here).
   if (p >= 4 && p % 2 == 0)

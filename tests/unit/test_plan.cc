@@ -88,19 +88,19 @@ std::vector<Data> simulate(const std::vector<Program> &progs, std::vector<Data> 
 int64_t contrib(int r, int64_t i) { return (int64_t{1} << r) * (1 + i % 5); }
 
 void check_all(const Topology &topo, Algo algo, const std::vector<int64_t> &counts,
-               Hierarchy::Shape shape = Hierarchy::Shape::Split) {
+               Hierarchy::Shape shape = Hierarchy::Shape::Split, bool top_rd = false) {
   const int p = topo.nranks;
   const Hierarchy h = Hierarchy::build(topo, shape);
   const int64_t full = (int64_t{1} << p) - 1;
   for (int64_t n : counts) {
     INFO("topology " << topo.source << " p=" << p << " count=" << n << " algo=" << algo_name(algo)
-                     << " shape=" << static_cast<int>(shape));
+                     << " shape=" << static_cast<int>(shape) << " top_rd=" << top_rd);
     for (bool avg : {false, true}) {
       // allreduce
       std::vector<Program> progs(p);
       std::vector<Data> work(p, Data(n));
       for (int r = 0; r < p; ++r) {
-        REQUIRE(build_program(h, r, CollKind::Allreduce, n, algo, avg, &progs[r]) == BC_OK);
+        REQUIRE(build_program(h, r, CollKind::Allreduce, n, algo, avg, &progs[r], top_rd) == BC_OK);
         for (int64_t i = 0; i < n; ++i) work[r][i] = contrib(r, i);
       }
       auto out = simulate(progs, work, p);
@@ -183,6 +183,8 @@ TEST_CASE("plans give exact results on even hierarchies, every algorithm", "[pla
     }
     for (Algo a : {Algo::Auto, Algo::Ring, Algo::Direct}) check_all(t, a, counts_for(p));
     check_all(t, Algo::Auto, counts_for(p), Hierarchy::Shape::Leader);
+    check_all(t, Algo::Auto, counts_for(p), Hierarchy::Shape::Leader, true);
+    check_all(t, Algo::Ring, counts_for(p), Hierarchy::Shape::Split, true);
   }
 }
 
@@ -210,7 +212,26 @@ TEST_CASE("plans give exact results on uneven hierarchies", "[plan]") {
     REQUIRE(t.uneven());
     for (Algo a : {Algo::Auto, Algo::Ring, Algo::Direct}) check_all(t, a, counts_for(c.p));
     check_all(t, Algo::Direct, counts_for(c.p), Hierarchy::Shape::Leader);
+    check_all(t, Algo::Direct, counts_for(c.p), Hierarchy::Shape::Leader, true);
+    check_all(t, Algo::Auto, counts_for(c.p), Hierarchy::Shape::Split, true);
   }
+}
+
+TEST_CASE("recursive doubling at the top: log2 steps, whole range everywhere", "[plan]") {
+  Topology t;
+  REQUIRE(topo_parse("2x4", 8, &t) == BC_OK);
+  Hierarchy h = Hierarchy::build(t, Hierarchy::Shape::Leader);
+  Program prog;
+  // Leader 2: fold in rank 3, 2 doubling steps across the 4 leaders, send back.
+  REQUIRE(build_program(h, 2, CollKind::Allreduce, 100, Algo::Auto, false, &prog, true) == BC_OK);
+  REQUIRE(prog.steps.size() == 4);
+  REQUIRE(prog.stage_algos.back() == Algo::Rd);
+  REQUIRE(prog.steps[1].sends[0].range.count == 100);
+  // A top group of 3 is not a power of two: the split runs instead.
+  REQUIRE(topo_parse("2x3", 6, &t) == BC_OK);
+  h = Hierarchy::build(t, Hierarchy::Shape::Leader);
+  REQUIRE(build_program(h, 0, CollKind::Allreduce, 100, Algo::Auto, false, &prog, true) == BC_OK);
+  REQUIRE(prog.stage_algos.back() == Algo::Ring);
 }
 
 TEST_CASE("the leader shape: one owner per node, only leaders cross nodes", "[plan]") {
@@ -283,7 +304,7 @@ TEST_CASE("describe names the stages and groups", "[plan]") {
 
 TEST_CASE("BC_PLAN rules: syntax, first match wins, unset settings keep the base", "[plan][rules]") {
   std::vector<PlanRule> rules;
-  REQUIRE(plan_rules_parse("-32K:shape=leader,algo=direct| 32K-16M:chunk=1M,depth=3 |16M-:algo=ring", &rules) == BC_OK);
+  REQUIRE(plan_rules_parse("-32K:shape=leader,algo=direct,top=rd| 32K-16M:chunk=1M,depth=3 |16M-:algo=ring", &rules) == BC_OK);
   REQUIRE(rules.size() == 3);
   PlanChoice base;
   base.chunk_bytes = 4 << 20;
@@ -291,6 +312,7 @@ TEST_CASE("BC_PLAN rules: syntax, first match wins, unset settings keep the base
   PlanChoice c = plan_choose(rules, 100, base);
   REQUIRE(c.shape == Hierarchy::Shape::Leader);
   REQUIRE(c.algo == Algo::Direct);
+  REQUIRE(c.top_rd);
   REQUIRE(c.chunk_bytes == 4 << 20);
   c = plan_choose(rules, 32 * 1024, base);
   REQUIRE(c.shape == Hierarchy::Shape::Split);
@@ -301,7 +323,7 @@ TEST_CASE("BC_PLAN rules: syntax, first match wins, unset settings keep the base
   REQUIRE(plan_rules_parse("", &rules) == BC_OK);
   REQUIRE(rules.empty());
   for (const char *badspec : {"leader", "-1K", "1K-1K:algo=ring", "x-:algo=ring", "-1K:algo=fast",
-                              "-1K:shape=tree", "-1K:depth=0", "-1K:colour=red", "-1K:algo"}) {
+                              "-1K:shape=tree", "-1K:top=tree", "-1K:depth=0", "-1K:colour=red", "-1K:algo"}) {
     INFO(badspec);
     REQUIRE(plan_rules_parse(badspec, &rules) == BC_ERR_PARAM);
     REQUIRE(std::string(last_error()).find("BC_PLAN") != std::string::npos);
