@@ -56,6 +56,12 @@ class Transport {
   virtual Status test(TransportRequest *req, bool *done) = 0;
   // Abandons a request after a failure or timeout (best effort).
   virtual void cancel(TransportRequest *req) = 0;
+  // Idle waiting: a transport that can sleep until its network has something
+  // for it says so here; idle_wait(ms) then sleeps at most ms (returns at once
+  // when there is work). The waiter calls it instead of sched_yield when every
+  // peer of the communicator uses this one transport.
+  virtual bool can_sleep() const { return false; }
+  virtual Status idle_wait(int timeout_ms) { (void)timeout_ms; return BC_OK; }
 };
 
 // The table of transports, in order of preference for a peer.

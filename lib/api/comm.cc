@@ -306,6 +306,16 @@ Status start(bc_comm *c, const CollArgs &a, std::unique_ptr<Operation> *op_out, 
   ctx.nranks = c->size;
   ctx.timeout_ms = c->params.get_int(ParamId::Timeout);
   ctx.spin_count = std::max<int64_t>(1, c->params.get_int(ParamId::SpinCount));
+  // Sleeping on one transport's event fd is only safe when every peer uses it.
+  for (int r = 0; r < c->size; ++r) {
+    if (r == c->rank) continue;
+    Transport *t = c->peer_transport[r];
+    if (!t->can_sleep() || (ctx.sleeper && ctx.sleeper != t)) {
+      ctx.sleeper = nullptr;
+      break;
+    }
+    ctx.sleeper = t;
+  }
   op_out->reset(new Operation(ctx, work, total, nchunks, choice.depth, big, small, c->seq));
   c->seq += static_cast<uint32_t>(nchunks);
   *work_out = work;

@@ -24,6 +24,7 @@ struct ExecContext {
   int nranks = 1;
   int64_t timeout_ms = 0;  // 0: wait forever
   int64_t spin_count = 64;
+  Transport *sleeper = nullptr;  // the one transport of every peer, if it can sleep
 };
 
 class Execution {

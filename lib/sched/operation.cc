@@ -91,7 +91,21 @@ Status Operation::wait() {
     }
     if (++idle_polls < ctx_.spin_count) continue;
     idle_polls = 0;
-    sched_yield();
+    if (ctx_.sleeper) {
+      int64_t ms = 100;  // bounded: the timeout below still gets checked
+      if (ctx_.timeout_ms > 0) {
+        int64_t left = ctx_.timeout_ms -
+                       std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - last_move).count();
+        ms = std::max<int64_t>(1, std::min<int64_t>(ms, left + 1));
+      }
+      Status ws = ctx_.sleeper->idle_wait(static_cast<int>(ms));
+      if (ws != BC_OK) {
+        cancel();
+        BC_CHECK(ws);
+      }
+    } else {
+      sched_yield();
+    }
     if (ctx_.timeout_ms > 0 &&
         std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - last_move).count() > ctx_.timeout_ms) {
       std::string what;

@@ -1,8 +1,207 @@
-// Placeholder until the UCX transport lands: not available.
-#include "transports/transport.h"
+// The UCX transport's data path: tagged sends and receives, progress, cancel and
+// the event wait. See ucx_transport.h for the design.
+#include "transports/ucx/ucx_transport.h"
+
+#include <poll.h>
+#include <sched.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+
+#include "core/log.h"
 
 namespace bc {
-Status ucx_transport_create(const TransportSetup &, std::unique_ptr<Transport> *) {
-  return BC_FAIL(BC_ERR_NOT_SUPPORTED, "the ucx transport is not built yet");
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// ucp_worker_progress calls per test(): enough to drain a burst of completions,
+// bounded so that one test never spins for long.
+constexpr int kProgressBurst = 16;
+// How long cancel() waits for UCX to give a request up before it closes the
+// endpoint to force it.
+constexpr int kCancelWaitMs = 50;
+
+// What a TransportRequest's slot holds for this transport.
+struct UcxSlot {
+  void *ucx_req;    // UCX's request while in flight; nullptr once released
+  size_t expected;  // receives: the bytes the plan expects
+  int32_t status;   // ucs_status_t once complete
+  uint8_t is_recv;
+  uint8_t complete;
+};
+static_assert(sizeof(UcxSlot) <= sizeof(TransportRequest::slot), "UcxSlot fits the request slot");
+
+UcxSlot *slot_of(TransportRequest *req) { return reinterpret_cast<UcxSlot *>(req->slot); }
+
+// UCX's 64-bit tag: the plan's 32-bit tag above the sender's rank; receives
+// match all 64 bits.
+ucp_tag_t make_tag(uint32_t tag, int source) {
+  return (static_cast<uint64_t>(tag) << 32) | static_cast<uint32_t>(source);
 }
+constexpr ucp_tag_t kFullMask = ~static_cast<ucp_tag_t>(0);
+
+// Completion status of an in-flight request; for a receive also checks that
+// the whole expected message arrived.
+ucs_status_t request_status(const UcxSlot &s, size_t *got) {
+  if (!s.is_recv) return ucp_request_check_status(s.ucx_req);
+  ucp_tag_recv_info_t info;
+  std::memset(&info, 0, sizeof info);
+  ucs_status_t st = ucp_tag_recv_request_test(s.ucx_req, &info);
+  *got = info.length;
+  return st;
+}
+
+}  // namespace
+
+bool UcxTransport::progress() {
+  bool any = false;
+  for (int i = 0; i < kProgressBurst && ucp_worker_progress(worker_) != 0; ++i) any = true;
+  return any;
+}
+
+bool UcxTransport::wait_request(void *ucx_req, int ms) {
+  const auto deadline = Clock::now() + std::chrono::milliseconds(ms);
+  for (;;) {
+    if (ucp_request_check_status(ucx_req) != UCS_INPROGRESS) return true;
+    if (Clock::now() >= deadline) return false;
+    if (!progress()) sched_yield();
+  }
+}
+
+Status UcxTransport::post_send(int peer, const void *buf, size_t bytes, bc_memtype_t mem, uint32_t tag,
+                               TransportRequest *req) {
+  if (mem == BC_MEM_CUDA) return BC_FAIL(BC_ERR_NOT_SUPPORTED, "ucx: this UCX build has no CUDA support");
+  BC_CHECK(ensure_ep(peer));
+  req->transport = this;
+  req->peer = peer;
+  UcxSlot *s = slot_of(req);
+  *s = UcxSlot{nullptr, bytes, UCS_OK, 0, 0};
+  ucp_request_param_t param;
+  std::memset(&param, 0, sizeof param);  // no callback: test() polls the request
+  void *r = ucp_tag_send_nbx(peers_[peer].ep, buf, bytes, make_tag(tag, rank_), &param);
+  if (UCS_PTR_IS_ERR(r))
+    return BC_FAIL(BC_ERR_TRANSPORT, "ucx: send of %zu bytes to rank %d failed: %s", bytes, peer,
+                   ucs_status_string(UCS_PTR_STATUS(r)));
+  req->active = true;
+  if (r == nullptr) s->complete = 1;  // done already (eager, buffered)
+  else s->ucx_req = r;
+  return BC_OK;
+}
+
+Status UcxTransport::post_recv(int peer, void *buf, size_t bytes, bc_memtype_t mem, uint32_t tag,
+                               TransportRequest *req) {
+  if (mem == BC_MEM_CUDA) return BC_FAIL(BC_ERR_NOT_SUPPORTED, "ucx: this UCX build has no CUDA support");
+  // The endpoint is not needed to receive, but with it UCX watches the peer,
+  // so that a peer that dies while we wait for it is reported.
+  BC_CHECK(ensure_ep(peer));
+  req->transport = this;
+  req->peer = peer;
+  UcxSlot *s = slot_of(req);
+  *s = UcxSlot{nullptr, bytes, UCS_OK, 1, 0};
+  ucp_request_param_t param;
+  std::memset(&param, 0, sizeof param);
+  // Always a request, so that test() can check the received length with
+  // ucp_tag_recv_request_test (UCX 1.13 does not fill recv_info when a
+  // receive completes at once).
+  param.op_attr_mask = UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+  void *r = ucp_tag_recv_nbx(worker_, buf, bytes, make_tag(tag, peer), kFullMask, &param);
+  if (UCS_PTR_IS_ERR(r))
+    return BC_FAIL(BC_ERR_TRANSPORT, "ucx: receive of %zu bytes from rank %d failed: %s", bytes, peer,
+                   ucs_status_string(UCS_PTR_STATUS(r)));
+  req->active = true;
+  if (r == nullptr) s->complete = 1;
+  else s->ucx_req = r;
+  return BC_OK;
+}
+
+Status UcxTransport::test(TransportRequest *req, bool *done) {
+  Status st = test_request(req, done);
+  if (st != BC_OK) had_failure_ = true;
+  return st;
+}
+
+Status UcxTransport::test_request(TransportRequest *req, bool *done) {
+  UcxSlot *s = slot_of(req);
+  *done = false;
+  if (!s->complete) {
+    size_t got = 0;
+    ucs_status_t us = request_status(*s, &got);
+    if (us == UCS_INPROGRESS) {
+      progress();
+      us = request_status(*s, &got);
+    }
+    if (us == UCS_INPROGRESS) {
+      // A receive from a dead peer never completes by itself: ask the peer.
+      if (peers_[req->peer].failed != UCS_OK) return peer_error(req->peer);
+      return BC_OK;
+    }
+    ucp_request_free(s->ucx_req);
+    s->ucx_req = nullptr;
+    s->complete = 1;
+    s->status = us;
+    if (us == UCS_OK && s->is_recv && got != s->expected) {
+      req->active = false;
+      return BC_FAIL(BC_ERR_TRANSPORT, "ucx: expected %zu bytes from rank %d, got %zu", s->expected, req->peer, got);
+    }
+  }
+  req->active = false;
+  if (s->status != UCS_OK) {
+    const UcxPeer &p = peers_[req->peer];
+    if (p.failed != UCS_OK) return peer_error(req->peer);
+    return BC_FAIL(BC_ERR_TRANSPORT, "ucx: %s %zu bytes %s rank %d failed: %s", s->is_recv ? "receive of" : "send of",
+                   s->expected, s->is_recv ? "from" : "to", req->peer,
+                   ucs_status_string(static_cast<ucs_status_t>(s->status)));
+  }
+  *done = true;
+  return BC_OK;
+}
+
+void UcxTransport::cancel(TransportRequest *req) {
+  if (!req->active) return;
+  had_failure_ = true;
+  UcxSlot *s = slot_of(req);
+  if (s->ucx_req) {
+    if (ucp_request_check_status(s->ucx_req) == UCS_INPROGRESS) {
+      // UCX cancels only receives that are not yet matched.
+      ucp_request_cancel(worker_, s->ucx_req);
+      if (!wait_request(s->ucx_req, kCancelWaitMs)) {
+        // A send, or a receive already inside a rendezvous: UCX may still touch
+        // the buffer. Closing the endpoint by force completes everything queued
+        // on it (UCS_ERR_CANCELED); the peer is unusable afterwards, as is the
+        // communicator after the failure that led here.
+        abort_peer(req->peer, UCS_ERR_CANCELED);
+        if (!wait_request(s->ucx_req, kCancelWaitMs))
+          BC_WARN(Transport, "ucx: a %s rank %d could not be cancelled; UCX may still use its buffer",
+                  s->is_recv ? "receive from" : "send to", req->peer);
+      }
+    }
+    ucp_request_free(s->ucx_req);
+    s->ucx_req = nullptr;
+  }
+  s->complete = 1;
+  req->active = false;
+}
+
+Status UcxTransport::idle_wait(int timeout_ms) {
+  if (efd_ < 0) {
+    sched_yield();
+    return BC_OK;
+  }
+  // ucp_worker_arm succeeds only once nothing is left to progress.
+  if (progress()) return BC_OK;
+  ucs_status_t s = ucp_worker_arm(worker_);
+  if (s == UCS_ERR_BUSY) return BC_OK;  // events arrived meanwhile: progress them
+  if (s != UCS_OK) return BC_FAIL(BC_ERR_TRANSPORT, "ucx: ucp_worker_arm failed: %s", ucs_status_string(s));
+  struct pollfd pfd;
+  pfd.fd = efd_;
+  pfd.events = POLLIN;
+  pfd.revents = 0;
+  int rc = poll(&pfd, 1, timeout_ms < 0 ? -1 : timeout_ms);
+  if (rc < 0 && errno != EINTR)
+    return BC_FAIL(BC_ERR_TRANSPORT, "ucx: poll on the worker's event fd failed: %s", std::strerror(errno));
+  return BC_OK;
+}
+
 }  // namespace bc
