@@ -1,0 +1,120 @@
+// The shared-memory transport's segment layout and protocol.
+//
+// One POSIX shm segment per node and communicator. The node's lowest rank
+// creates it, every rank of the node maps it, and it is unlinked as soon as all
+// have mapped it, so /dev/shm keeps nothing even if a rank is killed later (a
+// rank killed inside that setup window leaves a name behind, which the next
+// leader on the machine removes: shm_node.cc).
+// Inside, one Channel per directed pair of the node's ranks (i -> j):
+//
+//   sender i                       Channel i -> j (shared)                  receiver j
+//   --------                       -----------------------                  ----------
+//   post_send(tag, buf, n)         published  : last seq posted   (i)       post_recv, then test():
+//    take a FREE desc slot,        grant      : seq allowed to stream (j)    when `published` moved:
+//    fill {tag, n, &buf},          head, tail : chunks in / out   (i, j)     scan the desc slots, keep
+//    state = (seq, POSTED) ------> desc[64]   : state = seq<<3 | st,         the POSTED ones (by seq)
+//    published = seq                            tag, size, addr              match each unmatched recv
+//                                  ring[K]    : K chunks of BC_SHM_CHUNK     with the lowest-seq desc
+//                                               (copy mode only)             of its tag:
+//                                                                            CAS POSTED -> MATCHED
+//   cma : j reads i's buffer with process_vm_readv(&buf) and sets DONE; i sees DONE, frees the slot,
+//         and the send is complete. One copy, no ring.
+//   copy: j queues its matched receives and sets grant = seq of the first. i, seeing grant == seq of
+//         one of its sends, copies chunks into the ring while head - tail < K (the send is complete
+//         once its last chunk is in). j copies chunks out, frees the slot after the last one, and
+//         grants the next matched receive.
+//
+// Only a matched message ever streams, so a ring can never fill with a message
+// nobody is receiving: sends and receives of different tags may be posted in any
+// order on the two sides, and any number of them may be outstanding (a sender
+// with all 64 desc slots in use keeps further sends queued locally, in order).
+// Among equal tags, sends match receives in posting order: seqs are given in
+// posting order, and the receiver only considers descs up to `published`, all of
+// which it has seen.
+//
+// Desc states (the low 3 bits of the state word; the seq above them makes every
+// CAS specific to one message, so a slot that was freed and reused never matches
+// a stale expectation):
+//
+//   FREE --i--> POSTED --j--> MATCHED --j--> FREE                     (copy mode, or 0 bytes)
+//                 |              |------j--> DONE --i--> FREE         (cma)
+//                 |              |------j--> REFUSED --i--> FREE      (size mismatch, failed read)
+//                 |              |------i--> SEND_CANCEL --j--> FREE  (sender gave up)
+//                 |              '------j--> RECV_CANCEL --i--> FREE  (receiver gave up)
+//                 '--i (cancel)--> FREE
+//
+// A cancelled message is as if never posted, as with MPI_Cancel: the other side
+// is not failed but keeps waiting (a receive goes back to matching, a send stays
+// pending) until its own BC_TIMEOUT, so a rank that stops answering surfaces as
+// a timeout everywhere. A REFUSED message fails both sides. A receive cancelled
+// while its message streams leaves unknown chunks in the ring: that channel then
+// fails every later receive.
+//
+// Ordering: data and desc fields are written before the release store that
+// publishes them (state, published, head, tail, grant) and read after the
+// acquire load that observes it. Every shared field is a lock-free std::atomic.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+namespace bc {
+namespace shm {
+
+static_assert(std::atomic<uint64_t>::is_always_lock_free, "64-bit atomics must be lock-free in shared memory");
+static_assert(std::atomic<uint32_t>::is_always_lock_free, "32-bit atomics must be lock-free in shared memory");
+
+constexpr uint64_t kMagic = 0x424353484d303031ULL;  // "BCSHM001"
+constexpr uint32_t kDescSlots = 64;   // outstanding messages per directed pair
+constexpr uint32_t kRingSlots = 4;    // copy mode: chunks in flight per directed pair
+constexpr size_t kHeaderBytes = 4096;
+
+enum DescState : uint64_t {
+  kFree = 0,
+  kPosted = 1,
+  kMatched = 2,
+  kDone = 3,
+  kSendCancel = 4,
+  kRecvCancel = 5,
+  kRefused = 6,
+};
+inline uint64_t desc_word(uint64_t seq, uint64_t st) { return (seq << 3) | st; }
+inline uint64_t desc_seq(uint64_t word) { return word >> 3; }
+inline uint64_t desc_state(uint64_t word) { return word & 7; }
+
+// One message offer. tag/size/addr are written by the sender while the slot is
+// FREE; the receiver trusts them only once its CAS to MATCHED succeeds.
+struct alignas(64) Desc {
+  std::atomic<uint64_t> state;
+  std::atomic<uint64_t> size;
+  std::atomic<uint64_t> addr;  // the sender's buffer, in the sender's address space
+  std::atomic<uint32_t> tag;
+};
+
+// One direction between two ranks of the node. Each counter has its own cache
+// line: the sender writes published and head, the receiver grant and tail.
+struct Channel {
+  alignas(64) std::atomic<uint64_t> published;
+  alignas(64) std::atomic<uint64_t> grant;
+  alignas(64) std::atomic<uint64_t> head;
+  alignas(64) std::atomic<uint64_t> tail;
+  Desc desc[kDescSlots];
+};
+
+// At offset 0 of the segment; written by the leader before any other rank maps it.
+struct Header {
+  uint64_t magic;
+  uint32_t nlocal;
+  uint32_t copy_mode;
+  uint32_t ring_slots;
+  uint32_t reserved;
+  uint64_t chunk;
+  uint64_t channels_offset;
+  uint64_t data_offset;
+  uint64_t total_bytes;
+};
+static_assert(sizeof(Header) <= kHeaderBytes, "header fits its page");
+
+}  // namespace shm
+}  // namespace bc
