@@ -40,9 +40,12 @@ Status Operation::start_chunk(Slot *slot) {
   const Program *prog = n == big_->count ? big_.get() : small_.get();
   if (prog->count != n) return BC_FAIL(BC_ERR_INTERNAL, "no plan for a chunk of %lld elements", static_cast<long long>(n));
   const size_t need = static_cast<size_t>(prog->scratch_elems) * elem_;
-  if (slot->scratch.size() < need) slot->scratch.resize(need);
+  if (slot->scratch_bytes < need) {
+    slot->scratch.reset(new unsigned char[need]);
+    slot->scratch_bytes = need;
+  }
   slot->exec.reset(new Execution(*prog, ctx_, work_ + block_offset(count_, nchunks_, j) * elem_,
-                                 slot->scratch.data(), seq_base_ + static_cast<uint32_t>(j)));
+                                 slot->scratch.get(), seq_base_ + static_cast<uint32_t>(j)));
   return BC_OK;
 }
 

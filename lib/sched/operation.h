@@ -43,7 +43,10 @@ class Operation {
  private:
   struct Slot {
     std::unique_ptr<Execution> exec;
-    std::vector<unsigned char> scratch;
+    // Not a vector: scratch is always written before it is read, and zeroing
+    // it cost about 4% of a 1 MB all-reduce.
+    std::unique_ptr<unsigned char[]> scratch;
+    size_t scratch_bytes = 0;
   };
   Status start_chunk(Slot *slot);
 
