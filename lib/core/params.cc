@@ -41,7 +41,8 @@ const ParamDef kParamDefs[] = {
      "cannot serve a stage is an error at communicator creation."},
     {ParamId::Algo, "BC_ALGO", ParamType::Enum, "auto", "auto|ring|rhd|direct",
      "Algorithm for every stage: ring, recursive halving/doubling (power-of-two groups) or direct "
-     "exchange. auto: rhd for power-of-two groups, else ring. A forced algorithm whose "
+     "exchange. auto: inside the node rhd for power-of-two groups, else ring; above the node the "
+     "ring. A forced algorithm whose "
      "preconditions fail for a group is an error."},
     {ParamId::Timeout, "BC_TIMEOUT", ParamType::Seconds, "120s", nullptr,
      "A collective that waits longer than this for a peer fails with BC_ERR_TIMEOUT and marks "
@@ -66,11 +67,11 @@ const ParamDef kParamDefs[] = {
     {ParamId::UcxWait, "BC_UCX_WAIT", ParamType::Enum, "yield", "yield|event",
      "UCX transport, when a wait finds nothing to do: yield the core (sched_yield), or sleep on "
      "the worker's event fd (ucp_worker_arm) until the network wakes it."},
-    {ParamId::Chunk, "BC_CHUNK", ParamType::Bytes, "4M", nullptr,
+    {ParamId::Chunk, "BC_CHUNK", ParamType::Bytes, "1M", nullptr,
      "All-reduce pipelining: the buffer is cut into chunks of about this many bytes that stream "
      "through the stages one after another (0 = one chunk). Smaller chunks overlap the stages "
      "more but pay each step's latency more often."},
-    {ParamId::PipelineDepth, "BC_PIPELINE_DEPTH", ParamType::Int, "2", nullptr,
+    {ParamId::PipelineDepth, "BC_PIPELINE_DEPTH", ParamType::Int, "4", nullptr,
      "All-reduce pipelining: chunks in flight at once (at least 1)."},
     {ParamId::Plan, "BC_PLAN", ParamType::String, "-32K:shape=leader,top=rd", nullptr,
      "Plan per message size, overriding the built-in choice: '|'-separated rules "

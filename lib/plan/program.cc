@@ -27,8 +27,13 @@ const AlgoImpl *algo_impl(Algo a) {
 }
 
 // Candidates in order of preference; the first whose preconditions hold runs.
-std::vector<Algo> candidates(Algo forced) {
+// Auto fits each level's fabric: inside the node (level 1) recursive halving
+// and doubling (fewest steps over fast memory); above it the ring, whose
+// steady neighbour-to-neighbour stream kept 250 Mbit/s links 10-17% busier than
+// rhd's halving exchanges on the simulated 4-node cluster (docs/BENCHMARKS.md).
+std::vector<Algo> candidates(Algo forced, int level) {
   if (forced != Algo::Auto) return {forced};
+  if (level > 1) return {Algo::Ring};
   return {Algo::Rhd, Algo::Ring};
 }
 
@@ -73,7 +78,7 @@ struct Builder {
 
   Status run_algo(int s, int phase, const std::vector<int> &owners, int me, const Range &range) {
     GroupCtx ctx{&owners, me, range, tag_base(s, phase), s};
-    for (Algo a : candidates(algo)) {
+    for (Algo a : candidates(algo, h.stages[s].level)) {
       std::vector<Step> steps;
       const AlgoImpl *impl = algo_impl(a);
       Status st = phase == 0 ? impl->reduce_scatter(ctx, &steps) : impl->all_gather(ctx, &steps);

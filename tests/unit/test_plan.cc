@@ -198,9 +198,15 @@ TEST_CASE("rhd serves power-of-two groups and refuses others", "[plan]") {
   Hierarchy h = Hierarchy::build(t);
   Program prog;
   REQUIRE(build_program(h, 0, CollKind::Allreduce, 60, Algo::Rhd, false, &prog) == BC_ERR_NOT_SUPPORTED);
-  // auto falls back to the ring for the group of 3 and keeps rhd for the pair
+  // auto: the group of 3 inside the node falls back to the ring; above the node
+  // auto always takes the ring
   REQUIRE(build_program(h, 0, CollKind::Allreduce, 60, Algo::Auto, false, &prog) == BC_OK);
-  REQUIRE(prog.stage_algos == std::vector<Algo>{Algo::Ring, Algo::Rhd});
+  REQUIRE(prog.stage_algos == std::vector<Algo>{Algo::Ring, Algo::Ring});
+  // a power-of-two group inside the node gets rhd, the nodes the ring
+  REQUIRE(topo_parse("4x4", 16, &t) == BC_OK);
+  h = Hierarchy::build(t);
+  REQUIRE(build_program(h, 5, CollKind::Allreduce, 160, Algo::Auto, false, &prog) == BC_OK);
+  REQUIRE(prog.stage_algos == std::vector<Algo>{Algo::Rhd, Algo::Ring});
 }
 
 TEST_CASE("plans give exact results on uneven hierarchies", "[plan]") {
