@@ -196,6 +196,21 @@ Status comm_destroy(bc_comm *comm) {
   return BC_OK;
 }
 
+namespace {
+
+const Hierarchy &hierarchy_for(const bc_comm *c, Hierarchy::Shape shape) {
+  return shape == Hierarchy::Shape::Leader ? c->hier_leader : c->hier;
+}
+
+// Chunks a buffer of `total` elements is cut into under `choice` (at least 1).
+int64_t chunk_count(const PlanChoice &choice, int64_t total, size_t elem) {
+  if (choice.chunk_bytes <= 0 || total == 0) return 1;
+  const int64_t chunk_elems = std::max<int64_t>(1, choice.chunk_bytes / static_cast<int64_t>(elem));
+  return (total + chunk_elems - 1) / chunk_elems;
+}
+
+}  // namespace
+
 PlanChoice comm_choose(const bc_comm *c, int64_t bytes) {
   PlanChoice base;
   base.algo = c->algo;
@@ -216,8 +231,7 @@ Status comm_plan(bc_comm *c, CollKind kind, bool average, int64_t count, const P
     }
   }
   std::shared_ptr<Program> prog(new Program);
-  const Hierarchy &h = choice.shape == Hierarchy::Shape::Leader ? c->hier_leader : c->hier;
-  BC_CHECK(build_program(h, c->rank, kind, count, choice.algo, average, prog.get(), choice.top_rd));
+  BC_CHECK(build_program(hierarchy_for(c, choice.shape), c->rank, kind, count, choice.algo, average, prog.get(), choice.top_rd));
   if (log_enabled(LogLevel::Debug, LogSys::Plan))
     BC_DEBUGLOG(Plan, "rank %d %s", c->rank, describe_program(*prog, 1).c_str());
   const size_t max_plans = static_cast<size_t>(std::max<int64_t>(1, c->params.get_int(ParamId::MaxPlanCache)));
@@ -266,11 +280,7 @@ Status start(bc_comm *c, const CollArgs &a, std::unique_ptr<Operation> *op_out, 
   // Only the all-reduce is cut into chunks: reduce_scatter and allgather tie
   // blocks to ranks across the whole buffer.
   const PlanChoice choice = comm_choose(c, total * static_cast<int64_t>(elem));
-  int64_t nchunks = 1;
-  if (a.kind == CollKind::Allreduce && choice.chunk_bytes > 0) {
-    const int64_t chunk_elems = std::max<int64_t>(1, choice.chunk_bytes / static_cast<int64_t>(elem));
-    nchunks = (total + chunk_elems - 1) / chunk_elems;
-  }
+  const int64_t nchunks = a.kind == CollKind::Allreduce ? chunk_count(choice, total, elem) : 1;
   std::shared_ptr<const Program> big, small;
   BC_CHECK(comm_plan(c, a.kind, a.op == BC_AVG, block_count(total, nchunks, 0), choice, &big));
   small = big;
@@ -389,11 +399,10 @@ Status comm_describe(bc_comm *c, int64_t count, bc_dtype_t dtype, std::string *o
   if (!dtype_is_valid(dtype)) return BC_FAIL(BC_ERR_INVALID_ARG, "unknown dtype %d", static_cast<int>(dtype));
   const size_t elem = bc_dtype_size(dtype);
   const PlanChoice choice = comm_choose(c, count * static_cast<int64_t>(elem));
-  const int64_t chunk_elems = choice.chunk_bytes > 0 ? std::max<int64_t>(1, choice.chunk_bytes / static_cast<int64_t>(elem)) : count;
-  const int64_t nchunks = count > 0 ? (count + chunk_elems - 1) / std::max<int64_t>(1, chunk_elems) : 1;
+  const int64_t nchunks = chunk_count(choice, count, elem);
   std::shared_ptr<const Program> prog;
   BC_CHECK(comm_plan(c, CollKind::Allreduce, false, block_count(count, nchunks, 0), choice, &prog));
-  const Hierarchy &h = choice.shape == Hierarchy::Shape::Leader ? c->hier_leader : c->hier;
+  const Hierarchy &h = hierarchy_for(c, choice.shape);
   std::ostringstream os;
   os << c->topo.describe() << "choice for " << count * static_cast<int64_t>(elem) << " bytes: "
      << plan_choice_describe(choice) << " -> " << nchunks << " chunk(s)\n"
