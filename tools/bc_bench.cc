@@ -8,6 +8,7 @@
 // instead of hanging; and it carries rank 0's decision to stop iterating, so
 // that every rank runs the same number of iterations. Only the collective call
 // is timed: preparing the buffers and checking the results are outside.
+#include <dlfcn.h>
 #include <mpi.h>
 
 #include <algorithm>
@@ -52,6 +53,8 @@ struct Row {
   double avg[2] = {0, 0}, min[2] = {0, 0}, max[2] = {0, 0};
   int64_t wrong[2] = {0, 0};
   std::vector<double> stages;
+  double predicted_us = -1;  // --plan: the cost model's prediction (-1: model off)
+  std::string plan;          // --plan: the choice, BC_PLAN-style
 };
 
 // Element counts of one size, for this rank.
@@ -72,15 +75,31 @@ std::string fmt(const char *f, double v) {
   return b;
 }
 
+// --via mpi: the file whose MPI_Allreduce the program calls, when that is not
+// the MPI library's own (Open MPI's MPI_Allreduce is an alias of PMPI_Allreduce).
+std::string g_interposer;
+
+bool find_interposer() {
+  void *mpi = dlsym(RTLD_DEFAULT, "MPI_Allreduce"), *pmpi = dlsym(RTLD_DEFAULT, "PMPI_Allreduce");
+  Dl_info info;
+  if (!mpi || mpi == pmpi || !dladdr(mpi, &info) || !info.dli_fname) return false;
+  g_interposer = info.dli_fname;
+  return true;
+}
+
 class Bench {
  public:
   Bench(const Options &o, bc_comm_t comm, int rank, int p)
       : o_(o), comm_(comm), rank_(rank), p_(p), elem_(bc_dtype_size(o.dtype)),
         data_(o.dtype, o.op, p, o.coll == Coll::Allgather) {
     MPI_Comm_dup(MPI_COMM_WORLD, &mpi_comm_);
+    if (o.via_mpi) MPI_Comm_dup(MPI_COMM_WORLD, &bc_mpi_comm_);
     busbw_factor_ = o.coll == Coll::Allreduce ? 2.0 * (p - 1) / p : 1.0 * (p - 1) / p;
   }
-  ~Bench() { MPI_Comm_free(&mpi_comm_); }
+  ~Bench() {
+    MPI_Comm_free(&mpi_comm_);
+    if (bc_mpi_comm_ != MPI_COMM_NULL) MPI_Comm_free(&bc_mpi_comm_);
+  }
 
   // 0: all right; 1: a wrong result or an error.
   int run(FILE *json) {
@@ -206,6 +225,14 @@ class Bench {
       row->wrong[k] = wg[k];
     }
     for (int s = 0; s < nstages_; ++s) row->stages.push_back(glob[6 + s] * 1e6);
+    if (o_.plan) {
+      char text[256] = "";
+      double predicted = -1;
+      if (bc_comm_plan_for(comm_, sh_.total * elem_, text, sizeof text, &predicted) == BC_OK) {
+        row->plan = text;
+        row->predicted_us = predicted >= 0 ? predicted * 1e6 : -1;
+      }
+    }
     return true;
   }
 
@@ -217,7 +244,8 @@ class Bench {
     if (o_.check) recv_.poison(poison_ ^= 0x97);  // alternates 0xCD and 0x5A
     if (o_.inplace) std::memcpy(recv + sh_.in_at * elem_, input_.data(), sh_.in_n * elem_);
     int flags[2] = {failed_ ? 1 : 0, stop};
-    MPI_Allreduce(MPI_IN_PLACE, flags, 2, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    // PMPI_: under the preload this sync is not ours to measure or to serve.
+    PMPI_Allreduce(MPI_IN_PLACE, flags, 2, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
     if (flags[0]) return -1;
     if (flags[1]) return 1;
 
@@ -245,6 +273,10 @@ class Bench {
   }
 
   bc_status_t call_bc() {
+    if (o_.via_mpi) {
+      call_mpi_entry(false);  // MPI_*: served by the preload
+      return BC_OK;
+    }
     const void *s = o_.inplace ? BC_IN_PLACE : send_.data();
     switch (o_.coll) {
       case Coll::Allreduce: return bc_allreduce(s, recv_.data(), sh_.call, o_.dtype, o_.op, comm_);
@@ -254,17 +286,31 @@ class Bench {
     return BC_ERR_INTERNAL;
   }
 
+  // The MPI library's collective: through PMPI_* with --via mpi, so that the
+  // preload does not serve it.
+  void call_mpi() { call_mpi_entry(o_.via_mpi); }
+
   // MPI's default error handler aborts the job on a failure.
-  void call_mpi() {
+  void call_mpi_entry(bool pmpi) {
     const void *s = o_.inplace ? MPI_IN_PLACE : send_.data();
     const MPI_Datatype t = mpi_datatype(o_.dtype);
     const int n = static_cast<int>(sh_.call);
+    const MPI_Comm c = pmpi || !o_.via_mpi ? mpi_comm_ : bc_mpi_comm_;
+    const MPI_Op op = mpi_op(o_.op);
     switch (o_.coll) {
-      case Coll::Allreduce: MPI_Allreduce(s, recv_.data(), n, t, mpi_op(o_.op), mpi_comm_); break;
-      case Coll::ReduceScatter: MPI_Reduce_scatter_block(s, recv_.data(), n, t, mpi_op(o_.op), mpi_comm_); break;
-      case Coll::Allgather:
-        MPI_Allgather(s, o_.inplace ? 0 : n, o_.inplace ? MPI_DATATYPE_NULL : t, recv_.data(), n, t, mpi_comm_);
+      case Coll::Allreduce:
+        pmpi ? PMPI_Allreduce(s, recv_.data(), n, t, op, c) : MPI_Allreduce(s, recv_.data(), n, t, op, c);
         break;
+      case Coll::ReduceScatter:
+        pmpi ? PMPI_Reduce_scatter_block(s, recv_.data(), n, t, op, c)
+             : MPI_Reduce_scatter_block(s, recv_.data(), n, t, op, c);
+        break;
+      case Coll::Allgather: {
+        const int sn = o_.inplace ? 0 : n;
+        const MPI_Datatype st = o_.inplace ? MPI_DATATYPE_NULL : t;
+        pmpi ? PMPI_Allgather(s, sn, st, recv_.data(), n, t, c) : MPI_Allgather(s, sn, st, recv_.data(), n, t, c);
+        break;
+      }
     }
   }
 
@@ -312,6 +358,12 @@ class Bench {
       const std::string name = "s" + std::to_string(s + 1) + "(us)";
       col(9, name.c_str(), r ? fmt("%.2f", r->stages[s]) : "");
     }
+    if (o_.plan) {
+      const bool model = r && r->predicted_us >= 0;
+      col(10, "pred(us)", model ? fmt("%.2f", r->predicted_us) : "N/A");
+      col(9, "pred/avg", model ? fmt("%.2f", div0(r->predicted_us, r->avg[kBC])) : "N/A");
+      out += r ? "  " + r->plan : "  plan";
+    }
     return out;
   }
 
@@ -338,6 +390,7 @@ class Bench {
       for (size_t s = 0; s < r.stages.size(); ++s) std::fprintf(f, "%s%.3f", s ? "," : "", r.stages[s]);
       std::fprintf(f, "]");
     }
+    if (o_.plan) std::fprintf(f, ",\"predicted_us\":%.3f,\"plan\":\"%s\"", r.predicted_us, r.plan.c_str());
     std::fprintf(f, "}\n");
     std::fflush(f);
   }
@@ -350,6 +403,7 @@ class Bench {
   size_t elem_;
   ExactData data_;
   MPI_Comm mpi_comm_ = MPI_COMM_NULL;
+  MPI_Comm bc_mpi_comm_ = MPI_COMM_NULL;  // --via mpi: the communicator BlueConnect serves
   double busbw_factor_ = 0;
   int nstages_ = 0;
   Shape sh_;
@@ -390,6 +444,9 @@ void Bench::print_header() const {
     if (std::strncmp(*e, "BC_", 3) == 0) env += std::string(env.empty() ? "" : " ") + *e;
   std::printf("# BC_* options: environment: %s; --options: %s\n", env.empty() ? "(none)" : env.c_str(),
               o_.bc_options.empty() ? "(none)" : ("\"" + o_.bc_options + "\"").c_str());
+  if (o_.via_mpi)
+    std::printf("# via: BlueConnect through MPI_Allreduce etc. of %s (the PMPI preload), on its own duplicate of "
+                "MPI_COMM_WORLD; the MPI library through PMPI_*\n", g_interposer.c_str());
   if (o_.compare_mpi) {
     char ver[MPI_MAX_LIBRARY_VERSION_STRING];
     int vlen = 0;
@@ -452,6 +509,9 @@ void Bench::print_header() const {
     std::printf(nstages_ ? "#   sK        time in hierarchy stage K (its reduce-scatter and all-gather steps): "
                            "each rank's mean, then the max over ranks (us)\n"
                          : "#   (--stages: the plan has no stages here, p = 1)\n");
+  if (o_.plan)
+    std::printf("#   pred      the cost model's predicted time for the plan chosen (BC_MODEL; N/A when off);\n"
+                "#   pred/avg  prediction / measured avg; plan: the choice, in BC_PLAN's terms\n");
   std::printf("%s\n", line(nullptr).c_str());
   std::fflush(stdout);
 }
@@ -481,6 +541,12 @@ int main(int argc, char **argv) {
     return finish(0);
   }
 
+  if (opt.via_mpi && !find_interposer()) {
+    if (rank == 0)
+      std::fprintf(stderr, "bc_bench: --via mpi: MPI_Allreduce is the MPI library's own; load the PMPI preload "
+                           "(mpirun -x LD_PRELOAD=.../libblueconnect_mpi.so)\n");
+    return finish(2);
+  }
   bc_status_t st = bc_init();
   int ok = st == BC_OK;
   MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);

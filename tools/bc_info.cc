@@ -105,6 +105,20 @@ int main(int argc, char **argv) {
     std::printf("\nTopology and plans (%d rank(s)%s%s):\n", size, options.empty() ? "" : ", options ",
                 options.c_str());
     const size_t elem = bc_dtype_size(dtype);
+    // The choice per size, with the cost model's prediction where it is on.
+    std::printf("\nPlan per all-reduce size (BC_PLAN terms; predicted by the cost model, BC_MODEL):\n");
+    std::printf("  %10s  %12s  %s\n", "bytes", "predicted", "plan");
+    for (int64_t bytes = 4 << 10; bytes <= (int64_t{64} << 20); bytes *= 4) {
+      char plan[256] = "";
+      double predicted = -1;
+      if (bc_comm_plan_for(comm, bytes, plan, sizeof plan, &predicted) != BC_OK) {
+        std::fprintf(stderr, "bc_info: bc_comm_plan_for failed: %s\n", bc_last_error());
+        code = 1;
+        break;
+      }
+      const std::string when = predicted < 0 ? "(model off)" : std::to_string(predicted * 1e3).substr(0, 8) + " ms";
+      std::printf("  %10s  %12s  %s\n", bcbench::format_bytes(bytes).c_str(), when.c_str(), plan);
+    }
     for (size_t k = 0; k < plans.size(); ++k) {
       const int64_t bytes = plans[k];
       const int64_t count = bytes / static_cast<int64_t>(elem);

@@ -154,8 +154,14 @@ bool parse_args(int argc, char **argv, Options *opt, std::string *err) {
       if (!value("mpi")) return false;
       if (val != "mpi") return bad("only 'mpi' is supported");
       opt->compare_mpi = true;
+    } else if (arg == "--via") {
+      if (!value("mpi")) return false;
+      if (val != "mpi") return bad("only 'mpi' is supported");
+      opt->via_mpi = true;
     } else if (arg == "--stages") {
       opt->stages = true;
+    } else if (arg == "--plan") {
+      opt->plan = true;
     } else if (arg == "-f" || arg == "--full") {
       opt->full = true;
     } else if (arg == "--options") {
@@ -183,17 +189,21 @@ bool parse_args(int argc, char **argv, Options *opt, std::string *err) {
     *err = "--op " + std::string(bc_op_name(opt->op)) + " needs an integer dtype, not " + bc_dtype_name(opt->dtype);
     return false;
   }
-  if (opt->compare_mpi) {
+  if (opt->via_mpi && opt->stages) {
+    *err = "--stages reads BlueConnect's API communicator; it cannot go with --via mpi";
+    return false;
+  }
+  if (opt->compare_mpi || opt->via_mpi) {
     if (opt->dtype == BC_FLOAT16 || opt->dtype == BC_BFLOAT16) {
-      *err = "--compare mpi: MPI has no " + std::string(bc_dtype_name(opt->dtype)) + " type; use another -t";
+      *err = "--compare/--via mpi: MPI has no " + std::string(bc_dtype_name(opt->dtype)) + " type; use another -t";
       return false;
     }
     if (reduces && opt->op == BC_AVG) {
-      *err = "--compare mpi: MPI has no avg operation; use --op sum";
+      *err = "--compare/--via mpi: MPI has no avg operation; use --op sum";
       return false;
     }
     if (opt->max_bytes / static_cast<int64_t>(bc_dtype_size(opt->dtype)) > INT_MAX) {
-      *err = "--compare mpi: counts above INT_MAX do not fit MPI's int count; lower -m MAX";
+      *err = "--compare/--via mpi: counts above INT_MAX do not fit MPI's int count; lower -m MAX";
       return false;
     }
   }
@@ -223,7 +233,11 @@ const char *usage_text() {
       "      --json FILE   also write one JSON object per size to FILE (JSON Lines)\n"
       "      --compare mpi run the MPI library's own collective on the same buffers, interleaved\n"
       "                    with BlueConnect, and add its latency, busbw and the ratio mpi/bc\n"
+      "      --via mpi     call BlueConnect through MPI_Allreduce (etc.), as an application does\n"
+      "                    under the PMPI preload (LD_PRELOAD=libblueconnect_mpi.so; checked),\n"
+      "                    and the MPI library's own collective through PMPI_Allreduce\n"
       "      --stages      add the time of each hierarchy stage of BlueConnect's plan\n"
+      "      --plan        add the cost model's predicted time and the plan chosen for each size\n"
       "  -f, --full        full statistics: min, avg, max latency and iterations\n"
       "      --options S   BlueConnect parameters for the communicator, e.g. \"BC_TOPO=2x2;BC_ALGO=ring\"\n"
       "                    (BC_* environment variables apply too: mpirun -x BC_TOPO=2x2 ...)\n"

@@ -25,7 +25,9 @@ struct Options {
   bool inplace = false;
   std::string json;
   bool compare_mpi = false;
+  bool via_mpi = false;  // BlueConnect through MPI_Allreduce (the PMPI preload); MPI through PMPI_*
   bool stages = false;
+  bool plan = false;
   bool full = false;
   std::string bc_options;  // for bc_comm_create_with
   bool help = false;

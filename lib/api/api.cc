@@ -185,6 +185,30 @@ bc_status_t bc_comm_stage_times(bc_comm_t comm, double *seconds, int max, int *n
   });
 }
 
+bc_status_t bc_comm_plan_for(bc_comm_t comm, int64_t bytes, char *plan, size_t len, double *predicted_seconds) {
+  return guarded("bc_comm_plan_for", [&]() -> bc_status_t {
+    BC_CHECK(bc::comm_check(comm));
+    if (bytes < 0) return BC_FAIL(BC_ERR_INVALID_ARG, "bytes is negative (%lld)", static_cast<long long>(bytes));
+    if (len > 0 && !plan) return BC_FAIL(BC_ERR_INVALID_ARG, "plan is NULL with len %zu", len);
+    const bc::PlanChoice choice = bc::comm_choose(comm, bytes);
+    if (predicted_seconds) {
+      *predicted_seconds = -1;
+      if (!comm->model.empty()) {
+        const bc::Hierarchy &h = choice.shape == bc::Hierarchy::Shape::Leader ? comm->hier_leader : comm->hier;
+        const bc::Prediction p = bc::predict(h, comm->model, choice, bytes);
+        if (p.ok) *predicted_seconds = p.seconds;
+      }
+    }
+    if (len > 0) {
+      const std::string text = bc::plan_choice_describe(choice);
+      const size_t n = std::min(len - 1, text.size());
+      text.copy(plan, n);
+      plan[n] = '\0';
+    }
+    return BC_OK;
+  });
+}
+
 bc_status_t bc_print_params(FILE *out) {
   return guarded("bc_print_params", [&]() -> bc_status_t {
     if (!out) return BC_FAIL(BC_ERR_INVALID_ARG, "out is NULL");

@@ -81,6 +81,7 @@ Status comm_setup(bc_comm *c) {
   BC_CHECK(agree(c->mpi, select_transports(c), "transport selection"));
   if (c->rank == 0 && log_enabled(LogLevel::Info, LogSys::Plan))
     BC_INFO(Plan, "%s", c->hier.describe(c->size * 1024, 4).c_str());
+  BC_CHECK(agree(c->mpi, model_setup(c), "cost model"));
   return BC_OK;
 }
 
@@ -216,13 +217,50 @@ PlanChoice comm_choose(const bc_comm *c, int64_t bytes) {
   base.algo = c->algo;
   base.chunk_bytes = c->params.get_int(ParamId::Chunk);
   base.depth = static_cast<int>(std::max<int64_t>(1, c->params.get_int(ParamId::PipelineDepth)));
-  return plan_choose(c->plan_rules, bytes, base);
+  if (c->model.empty()) return plan_choose(c->plan_rules, bytes, base);
+  auto it = c->model_choices.find(bytes);
+  if (it == c->model_choices.end()) {
+    if (c->model_choices.size() >= 256) c->model_choices.clear();
+    PlanChoice m = model_choose(c->hier, c->hier_leader, c->model, bytes);
+    // What the user set explicitly wins over the model.
+    if (c->params.is_set(ParamId::Algo)) {
+      m.algo = c->algo;
+      m.stage_algos.clear();
+    }
+    if (c->params.is_set(ParamId::Chunk)) m.chunk_bytes = base.chunk_bytes;
+    if (c->params.is_set(ParamId::PipelineDepth)) m.depth = base.depth;
+    it = c->model_choices.emplace(bytes, m).first;
+  }
+  // BC_PLAN's default rules are the model-less choice; rules the user set apply on top.
+  return c->params.is_set(ParamId::Plan) ? plan_choose(c->plan_rules, bytes, it->second) : it->second;
+}
+
+ExecContext exec_context(const bc_comm *c, bc_dtype_t dtype, bc_op_t op, bc_memtype_t mem) {
+  ExecContext ctx;
+  ctx.peer_transport = &c->peer_transport;
+  ctx.mem = mem;
+  ctx.dtype = dtype;
+  ctx.op = op == BC_AVG ? BC_SUM : op;
+  ctx.nranks = c->size;
+  ctx.timeout_ms = c->params.get_int(ParamId::Timeout);
+  ctx.spin_count = std::max<int64_t>(1, c->params.get_int(ParamId::SpinCount));
+  // Sleeping on one transport's event fd is only safe when every peer uses it.
+  for (int r = 0; r < c->size; ++r) {
+    if (r == c->rank) continue;
+    Transport *t = c->peer_transport[r];
+    if (!t->can_sleep() || (ctx.sleeper && ctx.sleeper != t)) {
+      ctx.sleeper = nullptr;
+      break;
+    }
+    ctx.sleeper = t;
+  }
+  return ctx;
 }
 
 Status comm_plan(bc_comm *c, CollKind kind, bool average, int64_t count, const PlanChoice &choice,
                  std::shared_ptr<const Program> *out) {
   bc_comm::PlanKey key{static_cast<int>(kind), average, count, static_cast<int>(choice.shape),
-                       static_cast<int>(choice.algo), choice.top_rd};
+                       plan_choice_algo_key(choice), choice.top_rd};
   for (auto it = c->plans.begin(); it != c->plans.end(); ++it) {
     if (it->first == key) {
       c->plans.splice(c->plans.end(), c->plans, it);  // most recently used last
@@ -231,7 +269,8 @@ Status comm_plan(bc_comm *c, CollKind kind, bool average, int64_t count, const P
     }
   }
   std::shared_ptr<Program> prog(new Program);
-  BC_CHECK(build_program(hierarchy_for(c, choice.shape), c->rank, kind, count, choice.algo, average, prog.get(), choice.top_rd));
+  BC_CHECK(build_program(hierarchy_for(c, choice.shape), c->rank, kind, count, choice.algo, average, prog.get(),
+                         choice.top_rd, &choice.stage_algos));
   if (log_enabled(LogLevel::Debug, LogSys::Plan))
     BC_DEBUGLOG(Plan, "rank %d %s", c->rank, describe_program(*prog, 1).c_str());
   const size_t max_plans = static_cast<size_t>(std::max<int64_t>(1, c->params.get_int(ParamId::MaxPlanCache)));
@@ -308,24 +347,7 @@ Status start(bc_comm *c, const CollArgs &a, std::unique_ptr<Operation> *op_out, 
       break;
   }
 
-  ExecContext ctx;
-  ctx.peer_transport = &c->peer_transport;
-  ctx.mem = BC_MEM_HOST;
-  ctx.dtype = a.dtype;
-  ctx.op = a.op == BC_AVG ? BC_SUM : a.op;
-  ctx.nranks = c->size;
-  ctx.timeout_ms = c->params.get_int(ParamId::Timeout);
-  ctx.spin_count = std::max<int64_t>(1, c->params.get_int(ParamId::SpinCount));
-  // Sleeping on one transport's event fd is only safe when every peer uses it.
-  for (int r = 0; r < c->size; ++r) {
-    if (r == c->rank) continue;
-    Transport *t = c->peer_transport[r];
-    if (!t->can_sleep() || (ctx.sleeper && ctx.sleeper != t)) {
-      ctx.sleeper = nullptr;
-      break;
-    }
-    ctx.sleeper = t;
-  }
+  const ExecContext ctx = exec_context(c, a.dtype, a.op, BC_MEM_HOST);
   op_out->reset(new Operation(ctx, work, total, nchunks, choice.depth, big, small, c->seq));
   c->seq += static_cast<uint32_t>(nchunks);
   *work_out = work;
@@ -405,8 +427,16 @@ Status comm_describe(bc_comm *c, int64_t count, bc_dtype_t dtype, std::string *o
   const Hierarchy &h = hierarchy_for(c, choice.shape);
   std::ostringstream os;
   os << c->topo.describe() << "choice for " << count * static_cast<int64_t>(elem) << " bytes: "
-     << plan_choice_describe(choice) << " -> " << nchunks << " chunk(s)\n"
-     << h.describe(block_count(count, nchunks, 0), elem);
+     << plan_choice_describe(choice) << " -> " << nchunks << " chunk(s)\n";
+  if (!c->model.empty()) {
+    const Prediction p = predict(h, c->model, choice, count * static_cast<int64_t>(elem));
+    os << model_describe(c->model) << "\n";
+    if (p.ok) os << "predicted: " << p.seconds * 1e6 << " us (first chunk " << p.fill * 1e6 << " us, then "
+                 << p.per_chunk * 1e6 << " us per chunk)\n";
+  } else {
+    os << "cost model: off (BC_MODEL=" << c->params.get_str(ParamId::Model) << ")\n";
+  }
+  os << h.describe(block_count(count, nchunks, 0), elem);
   os << "transports:";
   for (auto &t : c->transports) os << " " << t->name();
   os << "\nrank " << c->rank << " " << describe_program(*prog, elem);

@@ -11,8 +11,10 @@
 #include <vector>
 
 #include "core/params.h"
+#include "plan/cost.h"
 #include "plan/plan.h"
 #include "plan/rules.h"
+#include "sched/executor.h"
 #include "topo/topo.h"
 #include "transports/transport.h"
 
@@ -27,6 +29,9 @@ struct bc_comm {
   bc::Hierarchy hier_leader;  // one owner per unit below the top, for small messages
   bc::Algo algo = bc::Algo::Auto;
   std::vector<bc::PlanRule> plan_rules;
+  bc::CostModel model;  // empty: BC_MODEL off, or one node (lib/api/calibrate.cc)
+  // The model's choice per buffer size (every rank computes the same).
+  mutable std::map<int64_t, bc::PlanChoice> model_choices;
   std::vector<std::unique_ptr<bc::Transport>> transports;
   std::vector<bc::Transport *> peer_transport;  // per rank
   uint32_t seq = 0;
@@ -34,8 +39,8 @@ struct bc_comm {
   std::vector<unsigned char> staging;  // reduce_scatter's full-size work buffer
   std::vector<double> last_stage_seconds;
 
-  // Plans by (collective, average?, count, shape, algorithm, top rd?), least recently used first.
-  using PlanKey = std::tuple<int, bool, int64_t, int, int, bool>;
+  // Plans by (collective, average?, count, shape, algorithms, top rd?), least recently used first.
+  using PlanKey = std::tuple<int, bool, int64_t, int, uint64_t, bool>;
   // Shared: an operation in flight keeps its plans alive if the cache drops them.
   std::list<std::pair<PlanKey, std::shared_ptr<const bc::Program>>> plans;
   int inflight = 0;  // non-blocking operations not yet completed
@@ -68,8 +73,14 @@ Status comm_create(MPI_Comm comm, const char *options, bc_comm **out);
 Status comm_destroy(bc_comm *comm);
 // BC_ERR_INVALID_COMM unless `comm` is a live communicator.
 Status comm_check(const bc_comm *comm);
-// The plan choice for a buffer of `bytes` (BC_PLAN rules over the defaults).
+// The plan choice for a buffer of `bytes`: the cost model's when there is one,
+// else the defaults; BC_PLAN rules and explicitly set knobs override either.
 PlanChoice comm_choose(const bc_comm *comm, int64_t bytes);
+// Calibrates or loads the communicator's cost model (BC_MODEL, BC_MODEL_FILE).
+// Collective over comm->mpi, after the transports are up.
+Status model_setup(bc_comm *comm);
+// The execution context of a collective on `comm` (transports, timeouts, waiting).
+ExecContext exec_context(const bc_comm *comm, bc_dtype_t dtype, bc_op_t op, bc_memtype_t mem);
 Status comm_plan(bc_comm *comm, CollKind kind, bool average, int64_t count, const PlanChoice &choice,
                  std::shared_ptr<const Program> *out);
 

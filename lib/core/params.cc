@@ -40,10 +40,11 @@ const ParamDef kParamDefs[] = {
      "Transport for every stage. auto: the best available per stage; a forced transport that "
      "cannot serve a stage is an error at communicator creation."},
     {ParamId::Algo, "BC_ALGO", ParamType::Enum, "auto", "auto|ring|rhd|direct",
-     "Algorithm for every stage: ring, recursive halving/doubling (power-of-two groups) or direct "
-     "exchange. auto: inside the node rhd for power-of-two groups, else ring; above the node the "
-     "ring. A forced algorithm whose "
-     "preconditions fail for a group is an error."},
+     "Algorithm for every stage: ring, recursive halving/doubling (rhd; a group that is not a "
+     "power of two folds pairs into one first) or direct exchange. auto: inside the node rhd for "
+     "power-of-two groups, else ring; above the node the ring (the cost model, BC_MODEL, picks "
+     "per stage instead when it is on). A forced algorithm whose preconditions fail for a group "
+     "is an error."},
     {ParamId::Timeout, "BC_TIMEOUT", ParamType::Seconds, "120s", nullptr,
      "A collective that waits longer than this for a peer fails with BC_ERR_TIMEOUT and marks "
      "the communicator broken. Units: ms, s, m; a bare number is seconds. 0 waits forever."},
@@ -80,7 +81,19 @@ const ParamDef kParamDefs[] = {
      "'-32K:shape=leader,algo=direct|32K-:chunk=4M'. Unset settings come from BC_ALGO, BC_CHUNK, "
      "BC_PIPELINE_DEPTH. The default sends buffers under 32 KiB through node leaders and recursive "
      "doubling (fewest steps); larger ones take BlueConnect's split. BC_PLAN= (empty) means the "
-     "split for every size."},
+     "split for every size. With a cost model (BC_MODEL) the default rules give way to the "
+     "model's choice; rules set here still override it."},
+    {ParamId::Model, "BC_MODEL", ParamType::Enum, "auto", "auto|calibrate|off",
+     "The alpha-beta cost model that chooses the plan per size (shape, top, algorithm per stage, "
+     "chunk, depth; docs/PLANS.md). calibrate: measure every level's algorithms at communicator "
+     "creation (about 20 short collectives per level); auto: calibrate when the communicator "
+     "spans more than one node, else off; off: the fixed defaults of BC_PLAN, BC_CHUNK, "
+     "BC_PIPELINE_DEPTH. Knobs set explicitly (BC_ALGO, BC_CHUNK, BC_PIPELINE_DEPTH, BC_PLAN) "
+     "override the model's choice."},
+    {ParamId::ModelFile, "BC_MODEL_FILE", ParamType::String, "", nullptr,
+     "Cost model cache: when the model is on and this file holds a model for the same layout, "
+     "it is loaded instead of calibrating; otherwise rank 0 writes the calibrated model here. "
+     "Text, one 'fit LEVEL ALGO ALPHA BETA' line per level and algorithm (docs/PLANS.md)."},
 };
 static_assert(sizeof(kParamDefs) / sizeof(kParamDefs[0]) == static_cast<size_t>(ParamId::Count),
               "one row per ParamId");

@@ -33,6 +33,8 @@ enum class ParamId : int {
   Chunk,        // BC_CHUNK
   PipelineDepth,// BC_PIPELINE_DEPTH
   Plan,         // BC_PLAN
+  Model,        // BC_MODEL
+  ModelFile,    // BC_MODEL_FILE
   Count
 };
 

@@ -168,6 +168,14 @@ bc_status_t bc_comm_describe(bc_comm_t comm, int64_t count, bc_dtype_t dtype,
  * when the plan has no stages (one rank). For bc_bench --stages. */
 bc_status_t bc_comm_stage_times(bc_comm_t comm, double *seconds, int max, int *nstages);
 
+/* The plan the communicator chooses for an all-reduce of `bytes` bytes, as
+ * BC_PLAN-style settings ("shape=split,algo=rhd/ring,top=split,chunk=1048576,
+ * depth=4"), and the cost model's predicted seconds (-1 when the model is off:
+ * BC_MODEL). Writes at most `len` bytes including the NUL into `plan` (may be
+ * NULL when len is 0). For bc_bench --plan and bc_info --plan. */
+bc_status_t bc_comm_plan_for(bc_comm_t comm, int64_t bytes, char *plan, size_t len,
+                             double *predicted_seconds);
+
 /* Prints every BC_* parameter with its value, default and documentation. */
 bc_status_t bc_print_params(FILE *out);
 

@@ -118,8 +118,10 @@ extern const AlgoImpl kAlgoDirect;
 // range) instead of RS + AG: half the steps, for small messages. Both partners
 // of an exchange combine the same two values, so every rank still gets the
 // same bits. Ignored (the split runs) when the top group is not a power of two.
+// stage_algos: an algorithm per stage, overriding `algo` where not Auto.
 Status build_program(const Hierarchy &h, int rank, CollKind kind, int64_t count, Algo algo,
-                     bool average, Program *out, bool top_allreduce = false);
+                     bool average, Program *out, bool top_allreduce = false,
+                     const std::vector<Algo> *stage_algos = nullptr);
 
 std::string describe_program(const Program &p, size_t elem_size);
 

@@ -43,6 +43,7 @@ struct Builder {
   int64_t count;
   Algo algo;
   Program *prog;
+  const std::vector<Algo> *stage_algos = nullptr;  // per stage, overriding `algo` where not Auto
   int last_stage = -1;  // the last stage this rank takes part in
   bool extra_at_last = false;
   bool top_rd = false;    // asked for recursive doubling at the top stage
@@ -78,11 +79,18 @@ struct Builder {
 
   Status run_algo(int s, int phase, const std::vector<int> &owners, int me, const Range &range) {
     GroupCtx ctx{&owners, me, range, tag_base(s, phase), s};
-    for (Algo a : candidates(algo, h.stages[s].level)) {
+    Algo forced = algo;
+    if (stage_algos && s < static_cast<int>(stage_algos->size()) && (*stage_algos)[s] != Algo::Auto)
+      forced = (*stage_algos)[s];
+    for (Algo a : candidates(forced, h.stages[s].level)) {
+      // Auto takes rhd only where no fold is needed: folding a group of 3
+      // costs more steps and bytes than its ring.
+      const int q = static_cast<int>(owners.size());
+      if (forced == Algo::Auto && a == Algo::Rhd && (q & (q - 1)) != 0) continue;
       std::vector<Step> steps;
       const AlgoImpl *impl = algo_impl(a);
       Status st = phase == 0 ? impl->reduce_scatter(ctx, &steps) : impl->all_gather(ctx, &steps);
-      if (st == BC_ERR_NOT_SUPPORTED && algo == Algo::Auto) { clear_error(); continue; }
+      if (st == BC_ERR_NOT_SUPPORTED && forced == Algo::Auto) { clear_error(); continue; }
       BC_CHECK(st);
       prog->stage_algos[s] = a;
       for (auto &x : steps) prog->steps.push_back(std::move(x));
@@ -195,7 +203,7 @@ Status algo_parse(const std::string &text, Algo *out) {
 }
 
 Status build_program(const Hierarchy &h, int rank, CollKind kind, int64_t count, Algo algo,
-                     bool average, Program *out, bool top_allreduce) {
+                     bool average, Program *out, bool top_allreduce, const std::vector<Algo> *stage_algos) {
   if (rank < 0 || rank >= h.nranks || count < 0)
     return BC_FAIL(BC_ERR_INVALID_ARG, "build_program: rank %d of %d, count %lld", rank, h.nranks,
                    static_cast<long long>(count));
@@ -204,6 +212,7 @@ Status build_program(const Hierarchy &h, int rank, CollKind kind, int64_t count,
   prog.count = count;
   prog.stage_algos.assign(h.stages.size(), Algo::Auto);
   Builder b{h, rank, count, algo, &prog};
+  b.stage_algos = stage_algos;
   b.top_rd = top_allreduce && kind == CollKind::Allreduce;
   const int p = h.nranks;
   std::vector<Range> owned(p), rank_order(p);

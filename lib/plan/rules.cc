@@ -50,10 +50,20 @@ Status plan_rules_parse(const std::string &text, std::vector<PlanRule> *out) {
         else return bad(text, "shape '" + value + "' is not split or leader");
         rule.has_shape = true;
       } else if (key == "algo") {
-        if (algo_parse(value, &rule.choice.algo) != BC_OK) {
-          clear_error();
-          return bad(text, "algo '" + value + "' is not auto, ring, rhd or direct");
+        std::stringstream per_stage(value);
+        std::string one;
+        std::vector<Algo> algos;
+        while (std::getline(per_stage, one, '/')) {
+          Algo a;
+          if (algo_parse(trim(one), &a) != BC_OK) {
+            clear_error();
+            return bad(text, "algo '" + one + "' is not auto, ring, rhd or direct");
+          }
+          algos.push_back(a);
         }
+        if (algos.empty()) return bad(text, "algo is empty");
+        if (algos.size() == 1) rule.choice.algo = algos[0];
+        else rule.choice.stage_algos = algos;
         rule.has_algo = true;
       } else if (key == "top") {
         if (value == "rd") rule.choice.top_rd = true;
@@ -82,7 +92,10 @@ PlanChoice plan_choose(const std::vector<PlanRule> &rules, int64_t bytes, const 
     if (bytes < r.min_bytes || bytes >= r.max_bytes) continue;
     PlanChoice c = base;
     if (r.has_shape) c.shape = r.choice.shape;
-    if (r.has_algo) c.algo = r.choice.algo;
+    if (r.has_algo) {
+      c.algo = r.choice.algo;
+      c.stage_algos = r.choice.stage_algos;
+    }
     if (r.has_top) c.top_rd = r.choice.top_rd;
     if (r.has_chunk) c.chunk_bytes = r.choice.chunk_bytes;
     if (r.has_depth) c.depth = r.choice.depth;
@@ -93,9 +106,20 @@ PlanChoice plan_choose(const std::vector<PlanRule> &rules, int64_t bytes, const 
 
 std::string plan_choice_describe(const PlanChoice &c) {
   std::ostringstream os;
-  os << "shape=" << (c.shape == Hierarchy::Shape::Leader ? "leader" : "split") << ",algo=" << algo_name(c.algo) << ",top=" << (c.top_rd ? "rd" : "split")
-     << ",chunk=" << c.chunk_bytes << ",depth=" << c.depth;
+  os << "shape=" << (c.shape == Hierarchy::Shape::Leader ? "leader" : "split") << ",algo=";
+  if (c.stage_algos.empty()) os << algo_name(c.algo);
+  for (size_t s = 0; s < c.stage_algos.size(); ++s)
+    os << (s ? "/" : "") << algo_name(c.stage_algos[s] == Algo::Auto ? c.algo : c.stage_algos[s]);
+  os << ",top=" << (c.top_rd ? "rd" : "split") << ",chunk=" << c.chunk_bytes << ",depth=" << c.depth;
   return os.str();
+}
+
+uint64_t plan_choice_algo_key(const PlanChoice &c) {
+  // 4 bits per algorithm: `algo`, then up to 15 stages.
+  uint64_t key = static_cast<uint64_t>(c.algo);
+  for (size_t s = 0; s < c.stage_algos.size() && s < 15; ++s)
+    key |= static_cast<uint64_t>(c.stage_algos[s]) << (4 * (s + 1));
+  return key;
 }
 
 }  // namespace bc

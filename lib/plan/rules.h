@@ -5,7 +5,7 @@
 // RANGE is MIN-MAX in bytes of the whole buffer, MAX excluded, either side may
 // be left out ("-64K", "64K-", "1M-16M"); SETTINGs are
 //   shape=split|leader   BlueConnect's split, or reduce to node leaders (small)
-//   algo=auto|ring|rhd|direct
+//   algo=auto|ring|rhd|direct, or one per stage: algo=rhd/ring (stage 1 first)
 //   top=rd|split         the top stage as one recursive-doubling all-reduce (rd)
 //                        or as RS + AG (split); rd needs a power-of-two top group
 //   chunk=BYTES          pipelining chunk (0 = none)
@@ -25,6 +25,7 @@ namespace bc {
 struct PlanChoice {
   Hierarchy::Shape shape = Hierarchy::Shape::Split;
   Algo algo = Algo::Auto;
+  std::vector<Algo> stage_algos;  // per stage, overriding `algo` where not Auto
   bool top_rd = false;
   int64_t chunk_bytes = 0;
   int depth = 1;
@@ -41,5 +42,7 @@ Status plan_rules_parse(const std::string &text, std::vector<PlanRule> *out);
 // The first rule whose range holds `bytes` overrides what it sets in `base`.
 PlanChoice plan_choose(const std::vector<PlanRule> &rules, int64_t bytes, const PlanChoice &base);
 std::string plan_choice_describe(const PlanChoice &c);
+// The algorithms of a choice as one number, for the plan cache's key.
+uint64_t plan_choice_algo_key(const PlanChoice &c);
 
 }  // namespace bc

@@ -113,7 +113,7 @@ TEST_CASE("allreduce: every dtype x op x count on every layout", "[allreduce]") 
 TEST_CASE("allreduce: forced algorithms", "[allreduce]") {
   const int p = world_size();
   std::vector<std::string> lays;
-  for (const char *algo : {"ring", "direct"})
+  for (const char *algo : {"ring", "direct", "rhd"})  // rhd folds pairs when p is not a power of two
     for (const std::string &l : {std::string(""), std::string(p >= 3 ? "BC_TOPO=1," + std::to_string(p - 1) : "")})
       lays.push_back(l + (l.empty() ? "" : ";") + "BC_ALGO=" + algo);
   sweep_allreduce(MPI_COMM_WORLD, lays, {0, 1, std::max(1, p - 1), p + 1, 97});

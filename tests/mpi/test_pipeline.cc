@@ -1,6 +1,10 @@
 // Pipelining (many chunks through every stage) and the non-blocking API.
 #include <catch2/catch.hpp>
 
+#include <unistd.h>
+
+#include <cstdio>
+#include <functional>
 #include <memory>
 
 #include "harness.h"
@@ -128,4 +132,125 @@ TEST_CASE("BC_PLAN: leader shape for small buffers, split and chunks for large",
   }
   bc_comm_t comm = nullptr;
   REQUIRE(bc_comm_create_with(MPI_COMM_WORLD, "BC_PLAN=-1K:shape=ring", &comm) == BC_ERR_PARAM);
+}
+
+namespace {
+
+std::string describe(bc_comm_t comm) {
+  size_t needed = 0;
+  if (bc_comm_describe(comm, 1024, BC_FLOAT32, nullptr, 0, &needed) != BC_OK) return "";
+  std::string text(needed, '\0');
+  bc_comm_describe(comm, 1024, BC_FLOAT32, &text[0], needed, &needed);
+  return text;
+}
+
+// The same on every rank?
+bool same_everywhere(const std::string &s) {
+  const long long h = static_cast<long long>(std::hash<std::string>()(s) & 0x7FFFFFFFFFFFLL);
+  long long lo = 0, hi = 0;
+  MPI_Allreduce(&h, &lo, 1, MPI_LONG_LONG, MPI_MIN, MPI_COMM_WORLD);
+  MPI_Allreduce(&h, &hi, 1, MPI_LONG_LONG, MPI_MAX, MPI_COMM_WORLD);
+  return lo == hi;
+}
+
+}  // namespace
+
+TEST_CASE("the calibrated cost model: same plan on every rank, exact results", "[pipeline][model]") {
+  const int p = world_size(), r = world_rank();
+  std::vector<std::string> layouts = {"BC_MODEL=calibrate"};
+  if (p >= 3) layouts.push_back("BC_MODEL=calibrate;BC_TOPO=1," + std::to_string(p - 1));
+  if (p % 2 == 0 && p > 2) layouts.push_back("BC_MODEL=calibrate;BC_TOPO=2");
+  if (p == 8) layouts.push_back("BC_MODEL=calibrate;BC_TOPO=2x2x2");
+  for (const std::string &layout : layouts) {
+    bc_comm_t comm = nullptr;
+    INFO("layout " << layout << ": " << bc_last_error());
+    REQUIRE(everywhere(bc_comm_create_with(MPI_COMM_WORLD, layout.c_str(), &comm) == BC_OK));
+    const std::string text = describe(comm);
+    INFO(text);
+    if (p > 1) REQUIRE(everywhere(text.find("cost model (calibrated") != std::string::npos));
+    // Sizes across the model's choices: latency plans, one chunk, many chunks.
+    for (int64_t n : {int64_t{1}, int64_t{13}, int64_t{1009}, int64_t{65539}, int64_t{700001}}) {
+      char plan[256] = "";
+      double predicted = -2;
+      REQUIRE(bc_comm_plan_for(comm, n * 4, plan, sizeof plan, &predicted) == BC_OK);
+      INFO("count " << n << ": plan " << plan << ", predicted " << predicted << " s");
+      REQUIRE(everywhere(p == 1 || predicted > 0));
+      REQUIRE(same_everywhere(plan));
+      for (bc_dtype_t t : {BC_FLOAT32, BC_BFLOAT16, BC_INT32})
+        for (bc_op_t op : {BC_SUM, BC_AVG, BC_MAX}) {
+          if (!op_valid_for(op, t)) continue;
+          Case c{t, op, n, nullptr};
+          c.fill(r, p);
+          bc_status_t st = bc_allreduce(BC_IN_PLACE, c.buf->data(), n, t, op, comm);
+          INFO(bc_dtype_name(t) << " " << bc_op_name(op) << ": " << bc_last_error());
+          REQUIRE(everywhere(st == BC_OK && c.right(p)));
+        }
+    }
+    REQUIRE(bc_comm_destroy(&comm) == BC_OK);
+  }
+}
+
+TEST_CASE("the cost model file: written once, loaded next time, bad files refused", "[model]") {
+  const int p = world_size();
+  if (p == 1) return;  // one rank has no stages and no model
+  long long id = static_cast<long long>(getpid());
+  MPI_Bcast(&id, 1, MPI_LONG_LONG, 0, MPI_COMM_WORLD);
+  const std::string path = "/tmp/bc-model-test-" + std::to_string(id) + ".txt";
+  const std::string opts = "BC_MODEL=calibrate;BC_MODEL_FILE=" + path;
+  bc_comm_t comm = nullptr;
+  REQUIRE(everywhere(bc_comm_create_with(MPI_COMM_WORLD, opts.c_str(), &comm) == BC_OK));
+  REQUIRE(everywhere(describe(comm).find("cost model (calibrated") != std::string::npos));
+  REQUIRE(bc_comm_destroy(&comm) == BC_OK);
+  REQUIRE(everywhere(access(path.c_str(), R_OK) == 0));  // rank 0 wrote it before creation returned
+  // Loaded, not measured again.
+  REQUIRE(everywhere(bc_comm_create_with(MPI_COMM_WORLD, opts.c_str(), &comm) == BC_OK));
+  REQUIRE(everywhere(describe(comm).find("cost model (file " + path) != std::string::npos));
+  REQUIRE(bc_comm_destroy(&comm) == BC_OK);
+  // Another layout: calibrated again, and the file rewritten for it.
+  if (p >= 4 && p % 2 == 0) {
+    const std::string other = opts + ";BC_TOPO=2";
+    REQUIRE(everywhere(bc_comm_create_with(MPI_COMM_WORLD, other.c_str(), &comm) == BC_OK));
+    REQUIRE(everywhere(describe(comm).find("cost model (calibrated") != std::string::npos));
+    REQUIRE(bc_comm_destroy(&comm) == BC_OK);
+  }
+  // A damaged file fails creation on every rank, with the file named.
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (world_rank() == 0) {
+    FILE *f = std::fopen(path.c_str(), "w");
+    REQUIRE(f);
+    std::fputs("bcmodel 1\nfit 1 ring fast slow\n", f);
+    std::fclose(f);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  const bc_status_t st = bc_comm_create_with(MPI_COMM_WORLD, opts.c_str(), &comm);
+  INFO(bc_last_error());
+  REQUIRE(everywhere(st != BC_OK && comm == nullptr));
+  if (world_rank() == 0) {
+    REQUIRE(st == BC_ERR_PARAM);
+    REQUIRE(std::string(bc_last_error()).find("BC_MODEL_FILE") != std::string::npos);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (world_rank() == 0) std::remove(path.c_str());
+}
+
+TEST_CASE("BC_MODEL=auto: on across nodes only; BC_MODEL=off: the fixed defaults", "[model]") {
+  // One node here, or several (the simulated cluster)?
+  MPI_Comm node;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+  int node_size = 0;
+  MPI_Comm_size(node, &node_size);
+  MPI_Comm_free(&node);
+  const bool one_node = everywhere(node_size == world_size());
+  const std::string off = world_size() % 2 == 0 ? "BC_MODEL=off;BC_TOPO=2" : "BC_MODEL=off";
+  for (const char *opts : {"", off.c_str()}) {
+    bc_comm_t comm = nullptr;
+    INFO(opts << ": " << bc_last_error());
+    REQUIRE(everywhere(bc_comm_create_with(MPI_COMM_WORLD, opts, &comm) == BC_OK));
+    const bool model_on = *opts == '\0' && !one_node;
+    double predicted = 0;
+    REQUIRE(bc_comm_plan_for(comm, 4096, nullptr, 0, &predicted) == BC_OK);
+    REQUIRE(everywhere(model_on ? predicted > 0 : predicted == -1));
+    REQUIRE(everywhere((describe(comm).find("cost model: off") != std::string::npos) != model_on));
+    REQUIRE(bc_comm_destroy(&comm) == BC_OK);
+  }
 }

@@ -10,6 +10,7 @@
 #include <sstream>
 #include <tuple>
 
+#include "plan/cost.h"
 #include "plan/plan.h"
 
 using namespace bc;
@@ -88,7 +89,8 @@ std::vector<Data> simulate(const std::vector<Program> &progs, std::vector<Data> 
 int64_t contrib(int r, int64_t i) { return (int64_t{1} << r) * (1 + i % 5); }
 
 void check_all(const Topology &topo, Algo algo, const std::vector<int64_t> &counts,
-               Hierarchy::Shape shape = Hierarchy::Shape::Split, bool top_rd = false) {
+               Hierarchy::Shape shape = Hierarchy::Shape::Split, bool top_rd = false,
+               const std::vector<Algo> *stage_algos = nullptr) {
   const int p = topo.nranks;
   const Hierarchy h = Hierarchy::build(topo, shape);
   const int64_t full = (int64_t{1} << p) - 1;
@@ -100,7 +102,7 @@ void check_all(const Topology &topo, Algo algo, const std::vector<int64_t> &coun
       std::vector<Program> progs(p);
       std::vector<Data> work(p, Data(n));
       for (int r = 0; r < p; ++r) {
-        REQUIRE(build_program(h, r, CollKind::Allreduce, n, algo, avg, &progs[r], top_rd) == BC_OK);
+        REQUIRE(build_program(h, r, CollKind::Allreduce, n, algo, avg, &progs[r], top_rd, stage_algos) == BC_OK);
         for (int64_t i = 0; i < n; ++i) work[r][i] = contrib(r, i);
       }
       auto out = simulate(progs, work, p);
@@ -188,16 +190,34 @@ TEST_CASE("plans give exact results on even hierarchies, every algorithm", "[pla
   }
 }
 
-TEST_CASE("rhd serves power-of-two groups and refuses others", "[plan]") {
+TEST_CASE("rhd: power-of-two groups directly, other sizes with the fold", "[plan]") {
   Topology t;
   REQUIRE(topo_parse("2x4", 8, &t) == BC_OK);
   check_all(t, Algo::Rhd, counts_for(8));
   REQUIRE(topo_parse("4x2x2", 16, &t) == BC_OK);
   check_all(t, Algo::Rhd, {0, 1, 15, 17, 101});
+  for (int q : {3, 5, 6, 7, 11, 12}) {
+    REQUIRE(topo_parse(std::to_string(q), q, &t) == BC_OK);
+    check_all(t, Algo::Rhd, counts_for(q));
+  }
+  for (const char *spec : {"3x2", "3x3", "2x3", "5x2"}) {
+    int p = (spec[0] - '0') * (spec[2] - '0');
+    REQUIRE(topo_parse(spec, p, &t) == BC_OK);
+    check_all(t, Algo::Rhd, counts_for(p));
+  }
+  REQUIRE(topo_parse("3,2,3", 8, &t) == BC_OK);
+  check_all(t, Algo::Rhd, counts_for(8));
+  // Steps for q = 6: fold, 2 halvings, hand back; the folded owner only gives and takes.
+  REQUIRE(topo_parse("6", 6, &t) == BC_OK);
+  Hierarchy h6 = Hierarchy::build(t);
+  Program p6;
+  REQUIRE(build_program(h6, 0, CollKind::ReduceScatter, 60, Algo::Rhd, false, &p6) == BC_OK);
+  REQUIRE(p6.steps.size() == 1 + 2 + 1);  // owned blocks are already in rank order
+  REQUIRE(build_program(h6, 1, CollKind::ReduceScatter, 60, Algo::Rhd, false, &p6) == BC_OK);
+  REQUIRE(p6.steps.size() == 2);
   REQUIRE(topo_parse("3x2", 6, &t) == BC_OK);
   Hierarchy h = Hierarchy::build(t);
   Program prog;
-  REQUIRE(build_program(h, 0, CollKind::Allreduce, 60, Algo::Rhd, false, &prog) == BC_ERR_NOT_SUPPORTED);
   // auto: the group of 3 inside the node falls back to the ring; above the node
   // auto always takes the ring
   REQUIRE(build_program(h, 0, CollKind::Allreduce, 60, Algo::Auto, false, &prog) == BC_OK);
@@ -333,5 +353,27 @@ TEST_CASE("BC_PLAN rules: syntax, first match wins, unset settings keep the base
     INFO(badspec);
     REQUIRE(plan_rules_parse(badspec, &rules) == BC_ERR_PARAM);
     REQUIRE(std::string(last_error()).find("BC_PLAN") != std::string::npos);
+  }
+}
+
+TEST_CASE("plans the cost model chooses give exact results", "[plan][cost]") {
+  // Fits that make each candidate win somewhere: slow steps across nodes (rd at
+  // the top, leaders), cheap bytes inside (rhd), chunking for large buffers.
+  CostModel m;
+  for (int level = 1; level <= 3; ++level)
+    for (Algo a : {Algo::Ring, Algo::Rhd, Algo::Rd}) m.fits[{level, a}] = {level * 300e-6, level * 8e-9};
+  m.fits[{1, Algo::Rhd}] = {100e-6, 8e-9};
+  struct Case { const char *spec; int p; };
+  for (Case c : {Case{"2x4", 8}, Case{"4x2", 8}, Case{"2x2x2", 8}, Case{"3,2,3", 8}, Case{"3x2", 6}, Case{"2,2,2/2,1", 6}}) {
+    Topology t;
+    REQUIRE(topo_parse(c.spec, c.p, &t) == BC_OK);
+    const Hierarchy split = Hierarchy::build(t), leader = Hierarchy::build(t, Hierarchy::Shape::Leader);
+    for (int64_t bytes : {int64_t{64}, int64_t{4096}, int64_t{1} << 20, int64_t{64} << 20}) {
+      const PlanChoice choice = model_choose(split, leader, m, bytes);
+      INFO(c.spec << " " << bytes << " bytes: " << plan_choice_describe(choice));
+      // The simulator runs one chunk's plan: the chunk's element count and a few around it.
+      const int64_t elems = std::min<int64_t>(choice.chunk_bytes > 0 ? choice.chunk_bytes : bytes, 4096) / 4;
+      check_all(t, choice.algo, {elems, elems + 1, c.p + 1}, choice.shape, choice.top_rd, &choice.stage_algos);
+    }
   }
 }

@@ -1,0 +1,185 @@
+// The cost model's calibration at communicator creation (BC_MODEL), and its
+// cache file (BC_MODEL_FILE).
+//
+// For every stage of the split hierarchy and every algorithm that can serve it,
+// all of that stage's groups run the stage's all-reduce (RS + AG) at once, over
+// the transports the collectives use, at a small and a large size. Every rank
+// times every run after a barrier; one allreduce takes the slowest rank's time
+// per run; the median of the repeats gives two points, and fit_stage turns them
+// into that (level, algorithm)'s alpha and beta (lib/plan/cost.h). Because all
+// ranks fit the same agreed numbers, all of them choose the same plans.
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include <unistd.h>
+
+#include "api/comm.h"
+#include "core/log.h"
+#include "sched/operation.h"
+
+namespace bc {
+namespace {
+
+constexpr int kRepeats = 3;
+constexpr int64_t kSmallPerOwner = 16;   // floats per owner: the latency point
+constexpr int64_t kLarge = 64 * 1024;    // floats (256 KiB): the bandwidth point
+
+struct Trial {
+  size_t stage;
+  Algo algo;
+  int64_t count;
+};
+
+// Stage s of h on its own: every group of that stage, nothing else.
+Hierarchy single_stage(const Hierarchy &h, size_t s) {
+  Hierarchy one;
+  one.nranks = h.nranks;
+  one.shape = h.shape;
+  one.stages = {h.stages[s]};
+  one.slot = {h.slot[s]};
+  return one;
+}
+
+bool spans_nodes(const bc_comm *c) {
+  for (int64_t n : c->topo.node_of)
+    if (n != c->topo.node_of[0]) return true;
+  return false;
+}
+
+Status run_trial(bc_comm *c, const Trial &t, std::vector<float> *buf, double *seconds) {
+  const Hierarchy one = single_stage(c->hier, t.stage);
+  auto prog = std::make_shared<Program>();
+  const std::vector<Algo> algos{t.algo == Algo::Rd ? Algo::Auto : t.algo};
+  BC_CHECK(build_program(one, c->rank, CollKind::Allreduce, t.count, Algo::Auto, false, prog.get(),
+                         t.algo == Algo::Rd, &algos));
+  buf->assign(static_cast<size_t>(t.count), 1.0f);
+  Operation op(exec_context(c, BC_FLOAT32, BC_SUM, BC_MEM_HOST), reinterpret_cast<unsigned char *>(buf->data()),
+               t.count, 1, 1, prog, prog, c->seq);
+  c->seq += 1;
+  BC_MPI_CHECK(MPI_Barrier(c->mpi));
+  const auto start = std::chrono::steady_clock::now();
+  BC_CHECK(op.wait());
+  *seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return BC_OK;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+Status calibrate(bc_comm *c, CostModel *out) {
+  const Hierarchy &h = c->hier;
+  std::vector<Trial> trials;
+  for (size_t s = 0; s < h.stages.size(); ++s) {
+    const int q = h.stages[s].owners;
+    const bool pow2 = (q & (q - 1)) == 0;
+    std::vector<Algo> algos{Algo::Ring};
+    if (q > 2) algos.push_back(Algo::Rhd);  // at q = 2 rhd is the ring
+    if (s + 1 == h.stages.size() && pow2 && q > 1) algos.push_back(Algo::Rd);
+    for (Algo a : algos) trials.push_back({s, a, kSmallPerOwner * q}), trials.push_back({s, a, kLarge});
+  }
+  std::vector<float> buf;
+  // One untimed run per stage first: connections are set up on first use.
+  for (size_t s = 0; s < h.stages.size(); ++s) {
+    double ignored = 0;
+    BC_CHECK(run_trial(c, {s, Algo::Ring, kLarge}, &buf, &ignored));
+  }
+  std::vector<double> mine(trials.size() * kRepeats), slowest(mine.size());
+  for (int r = 0; r < kRepeats; ++r)
+    for (size_t i = 0; i < trials.size(); ++i) BC_CHECK(run_trial(c, trials[i], &buf, &mine[i * kRepeats + r]));
+  BC_MPI_CHECK(MPI_Allreduce(mine.data(), slowest.data(), static_cast<int>(mine.size()), MPI_DOUBLE, MPI_MAX, c->mpi));
+
+  out->fits.clear();
+  for (size_t i = 0; i < trials.size(); i += 2) {
+    const Trial &small = trials[i], &large = trials[i + 1];
+    const StageGroups &sg = h.stages[small.stage];
+    size_t m = 0;
+    for (const auto &g : sg.groups) m = std::max(m, g.size());
+    const auto pick = [&](size_t k) {
+      return median(std::vector<double>(slowest.begin() + k * kRepeats, slowest.begin() + (k + 1) * kRepeats));
+    };
+    const CostFit fit = fit_stage(stage_shape(small.algo, sg.owners, static_cast<int>(m)), small.count * 4.0,
+                                  pick(i), large.count * 4.0, pick(i + 1));
+    out->fits[{sg.level, small.algo}] = fit;
+    if (small.algo == Algo::Ring && sg.owners <= 2) out->fits[{sg.level, Algo::Rhd}] = fit;
+  }
+  out->source = "calibrated";
+  out->max_chunk = 4 * kLarge * static_cast<int64_t>(sizeof(float));
+  return BC_OK;
+}
+
+// Rank 0 reads the file; everyone gets its text ("" when there is none).
+Status read_shared(bc_comm *c, const std::string &path, std::string *text) {
+  long long len = -1;
+  if (c->rank == 0) {
+    std::ifstream in(path);
+    if (in) {
+      std::ostringstream ss;
+      ss << in.rdbuf();
+      *text = ss.str();
+      len = static_cast<long long>(text->size());
+    }
+  }
+  BC_MPI_CHECK(MPI_Bcast(&len, 1, MPI_LONG_LONG, 0, c->mpi));
+  if (len < 0) {
+    text->clear();
+    return BC_OK;
+  }
+  text->resize(static_cast<size_t>(len));
+  if (len > 0) BC_MPI_CHECK(MPI_Bcast(&(*text)[0], static_cast<int>(len), MPI_CHAR, 0, c->mpi));
+  return BC_OK;
+}
+
+void write_file(const std::string &path, const std::string &text) {
+  const std::string tmp = path + ".tmp." + std::to_string(static_cast<long long>(getpid()));
+  std::ofstream out(tmp);
+  out << text;
+  out.close();
+  if (!out || std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    BC_WARN(Plan, "BC_MODEL_FILE=%s: could not write the calibrated model; it is used but not cached", path.c_str());
+  }
+}
+
+}  // namespace
+
+Status model_setup(bc_comm *c) {
+  c->model = CostModel();
+  const std::string mode = c->params.get_str(ParamId::Model);
+  if (mode == "off" || c->hier.stages.empty()) return BC_OK;
+  if (mode == "auto" && !spans_nodes(c)) return BC_OK;
+  const std::string path = c->params.get_str(ParamId::ModelFile);
+  const std::string signature = model_signature(c->hier);
+  if (!path.empty()) {
+    std::string text;
+    BC_CHECK(read_shared(c, path, &text));
+    bool matches = false;
+    if (!text.empty()) {
+      Status st = model_parse(text, signature, &c->model, &matches);
+      if (st != BC_OK) return BC_FAIL(BC_ERR_PARAM, "BC_MODEL_FILE=%s: %s", path.c_str(), last_error());
+    }
+    if (matches) {
+      c->model.source = "file " + path;
+      BC_INFO(Plan, "%s", model_describe(c->model).c_str());
+      return BC_OK;
+    }
+    if (!text.empty())
+      BC_INFO(Plan, "BC_MODEL_FILE=%s was written for another layout; calibrating %s", path.c_str(), signature.c_str());
+  }
+  const auto start = std::chrono::steady_clock::now();
+  BC_CHECK(calibrate(c, &c->model));
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (c->rank == 0) {
+    BC_INFO(Plan, "%s; calibration took %.0f ms", model_describe(c->model).c_str(), took * 1e3);
+    if (!path.empty()) write_file(path, model_serialize(c->model, signature));
+  }
+  return BC_OK;
+}
+
+}  // namespace bc

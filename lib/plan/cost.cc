@@ -1,0 +1,261 @@
+#include "plan/cost.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+namespace bc {
+namespace {
+
+bool pow2(int q) { return q > 0 && (q & (q - 1)) == 0; }
+
+double log2i(int q) {
+  double s = 0;
+  for (int v = q; v > 1; v >>= 1) s += 1;
+  return s;
+}
+
+int max_members(const StageGroups &sg) {
+  size_t m = 0;
+  for (const auto &g : sg.groups) m = std::max(m, g.size());
+  return static_cast<int>(m);
+}
+
+// What an algorithm is called in the model file.
+const char *fit_name(Algo a) { return algo_name(a); }  // "rd" included
+
+bool fit_parse(const std::string &s, Algo *a) {
+  for (Algo x : {Algo::Ring, Algo::Rhd, Algo::Direct, Algo::Rd})
+    if (s == fit_name(x)) { *a = x; return true; }
+  return false;
+}
+
+}  // namespace
+
+const CostFit *CostModel::find(int level, Algo a) const {
+  auto it = fits.find({level, a});
+  return it == fits.end() ? nullptr : &it->second;
+}
+
+StageShape stage_shape(Algo algo, int q, int m) {
+  StageShape s;
+  const double f = q > 0 ? static_cast<double>(q - 1) / q : 0;
+  switch (algo) {
+    case Algo::Ring: s = {2.0 * (q - 1), 2 * f, q >= 1}; break;
+    case Algo::Rhd:
+      if (pow2(q)) {
+        s = {2 * log2i(q), 2 * f, true};
+      } else {  // the fold: pairs in and out around the halving of the power of two below q
+        const int qp = 1 << static_cast<int>(log2i(q));
+        s = {2 * log2i(q) + 4, 2.0 * (qp - 1) / qp + 1 + 1.0 / q, q > 2};
+      }
+      break;
+    case Algo::Direct: s = {2.0, 2 * f, q >= 1}; break;
+    case Algo::Rd: s = {log2i(q), log2i(q), pow2(q)}; break;
+    default: return s;
+  }
+  if (m > q && q > 0) {  // the extras' fold in and result out
+    s.steps += 2;
+    s.bytes_per_b += 2.0 * ((m - q + q - 1) / q);
+  }
+  return s;
+}
+
+CostFit fit_stage(const StageShape &shape, double b0, double t0, double b1, double t1) {
+  CostFit f;
+  // Floors: a measurement in the noise must not give a free step or free bytes.
+  const double bytes = shape.bytes_per_b * (b1 - b0);
+  f.beta = bytes > 0 ? std::max((t1 - t0) / bytes, 1e-12) : 1e-12;
+  const double steps = std::max(shape.steps, 1.0);
+  f.alpha = std::max((t0 - shape.bytes_per_b * b0 * f.beta) / steps, 1e-7);
+  return f;
+}
+
+Prediction predict(const Hierarchy &h, const CostModel &m, const PlanChoice &choice, int64_t bytes) {
+  Prediction p;
+  const int64_t chunk = choice.chunk_bytes > 0 && choice.chunk_bytes < bytes ? choice.chunk_bytes : bytes;
+  p.chunks = chunk > 0 ? (bytes + chunk - 1) / chunk : 1;
+  double b = static_cast<double>(chunk);
+  std::map<int, double> level_bytes_time;  // per level: the byte part of one chunk
+  for (size_t s = 0; s < h.stages.size(); ++s) {
+    const StageGroups &sg = h.stages[s];
+    const int q = sg.owners, mm = max_members(sg);
+    const bool top = s + 1 == h.stages.size();
+    Algo a = choice.algo;
+    if (s < choice.stage_algos.size() && choice.stage_algos[s] != Algo::Auto) a = choice.stage_algos[s];
+    if (top && choice.top_rd && pow2(q) && q > 1) a = Algo::Rd;
+    // q = 1 (leader shape below the top): only the fold moves data; any
+    // algorithm's fit of that level prices it.
+    if (q == 1) a = Algo::Ring;
+    if (a == Algo::Auto) return p;  // the caller picks per stage
+    const StageShape shape = stage_shape(a, q, mm);
+    const CostFit *fit = m.find(sg.level, a);
+    if (!shape.ok || !fit) return p;
+    const double byte_time = shape.bytes_per_b * b * fit->beta;
+    p.fill += shape.steps * fit->alpha + byte_time;
+    level_bytes_time[sg.level] += byte_time;
+    p.stage_algos.push_back(a);
+    b /= q;
+  }
+  double busiest = 0;
+  for (const auto &kv : level_bytes_time) busiest = std::max(busiest, kv.second);
+  p.per_chunk = std::max(busiest, p.fill / std::max(1, choice.depth));
+  p.seconds = p.fill + static_cast<double>(p.chunks - 1) * p.per_chunk;
+  p.ok = true;
+  return p;
+}
+
+namespace {
+
+// The cheapest algorithm per stage for one chunk size, as a full choice.
+PlanChoice best_algos(const Hierarchy &h, const CostModel &m, PlanChoice c, int64_t chunk) {
+  c.stage_algos.assign(h.stages.size(), Algo::Auto);
+  double b = static_cast<double>(chunk);
+  for (size_t s = 0; s < h.stages.size(); ++s) {
+    const StageGroups &sg = h.stages[s];
+    const int q = sg.owners, mm = max_members(sg);
+    double best = -1;
+    for (Algo a : {Algo::Ring, Algo::Rhd}) {
+      const StageShape shape = stage_shape(a, q, mm);
+      const CostFit *fit = m.find(sg.level, a);
+      if (!shape.ok || !fit) continue;
+      const double t = shape.steps * fit->alpha + shape.bytes_per_b * b * fit->beta;
+      if (best < 0 || t < best * 0.97) {  // ring unless rhd is clearly faster
+        best = t;
+        c.stage_algos[s] = a;
+      }
+    }
+    if (c.stage_algos[s] == Algo::Auto) c.stage_algos[s] = Algo::Ring;
+    b /= std::max(q, 1);
+  }
+  return c;
+}
+
+}  // namespace
+
+PlanChoice model_choose(const Hierarchy &split, const Hierarchy &leader, const CostModel &m, int64_t bytes,
+                        Prediction *pred) {
+  // Candidates in order of preference when the model calls them even: one
+  // chunk before many, bigger chunks before smaller (fewer steps to pay for),
+  // and then the deeper pipeline, which costs only scratch memory but absorbs
+  // the jitter that the model's steady pace leaves out.
+  static const int64_t kChunks[] = {0, 4 << 20, 1 << 20, 256 << 10, 64 << 10};
+  static const int kDepths[] = {4, 2, 1};
+  PlanChoice best;
+  Prediction best_p;
+  for (int shape = 0; shape < 2; ++shape) {
+    const Hierarchy &h = shape == 0 ? split : leader;
+    if (shape == 1 && leader.stages.size() < 2) continue;  // the same plan as the split
+    for (bool top_rd : {false, true}) {
+      if (top_rd && (h.stages.empty() || !pow2(h.stages.back().owners))) continue;
+      for (int64_t chunk : kChunks) {
+        if (chunk != 0 && chunk * 2 > bytes) continue;  // fewer than two chunks: no pipeline
+        if ((chunk == 0 ? bytes : chunk) > m.max_chunk) continue;  // beyond what was measured
+        for (int depth : kDepths) {
+          if (chunk == 0 && depth != 1) continue;
+          PlanChoice c;
+          c.shape = shape == 0 ? Hierarchy::Shape::Split : Hierarchy::Shape::Leader;
+          c.top_rd = top_rd;
+          c.chunk_bytes = chunk;
+          c.depth = depth;
+          c = best_algos(h, m, c, chunk > 0 ? chunk : bytes);
+          const Prediction p = predict(h, m, c, bytes);
+          if (!p.ok) continue;
+          if (!best_p.ok || p.seconds < best_p.seconds * 0.97) {
+            best = c;
+            best_p = p;
+          }
+        }
+      }
+    }
+  }
+  if (pred) *pred = best_p;
+  return best;
+}
+
+std::string model_signature(const Hierarchy &h) {
+  std::ostringstream os;
+  os << "p" << h.nranks;
+  for (const StageGroups &sg : h.stages)
+    os << "/L" << sg.level << ":g" << sg.groups.size() << "q" << sg.owners << "m" << max_members(sg);
+  return os.str();
+}
+
+std::string model_serialize(const CostModel &m, const std::string &signature) {
+  std::ostringstream os;
+  os << "# BlueConnect cost model (docs/PLANS.md). time = steps * alpha + bytes * beta\n"
+     << "bcmodel 1\n"
+     << "layout " << signature << "\n"
+     << "maxchunk " << m.max_chunk << "\n";
+  char line[160];
+  for (const auto &kv : m.fits) {
+    std::snprintf(line, sizeof line, "fit %d %s %.9e %.9e\n", kv.first.first, fit_name(kv.first.second),
+                  kv.second.alpha, kv.second.beta);
+    os << line;
+  }
+  return os.str();
+}
+
+Status model_parse(const std::string &text, const std::string &signature, CostModel *out, bool *matches) {
+  out->fits.clear();
+  *matches = false;
+  std::istringstream in(text);
+  std::string line, layout;
+  int lineno = 0;
+  bool header = false;
+  CostModel m;
+  while (std::getline(in, line)) {
+    ++lineno;
+    const size_t hash = line.find('#');
+    if (hash != std::string::npos) line.erase(hash);
+    std::istringstream ls(line);
+    std::string key;
+    if (!(ls >> key)) continue;
+    if (key == "bcmodel") {
+      int version = 0;
+      if (!(ls >> version) || version != 1)
+        return BC_FAIL(BC_ERR_PARAM, "model file line %d: unsupported format '%s' (this build reads bcmodel 1)",
+                       lineno, line.c_str());
+      header = true;
+    } else if (key == "layout") {
+      if (!(ls >> layout)) return BC_FAIL(BC_ERR_PARAM, "model file line %d: 'layout' needs a value", lineno);
+    } else if (key == "maxchunk") {
+      if (!(ls >> m.max_chunk) || m.max_chunk < 1)
+        return BC_FAIL(BC_ERR_PARAM, "model file line %d: 'maxchunk' needs a positive byte count", lineno);
+    } else if (key == "fit") {
+      int level = 0;
+      std::string name;
+      CostFit f;
+      Algo a;
+      if (!(ls >> level >> name >> f.alpha >> f.beta) || level < 1 || !fit_parse(name, &a) || !(f.alpha >= 0) ||
+          !(f.beta >= 0))
+        return BC_FAIL(BC_ERR_PARAM,
+                       "model file line %d: expected 'fit LEVEL ring|rhd|direct|rd ALPHA_S BETA_S_PER_BYTE', got '%s'",
+                       lineno, line.c_str());
+      m.fits[{level, a}] = f;
+    } else {
+      return BC_FAIL(BC_ERR_PARAM, "model file line %d: unknown key '%s'", lineno, key.c_str());
+    }
+  }
+  if (!header) return BC_FAIL(BC_ERR_PARAM, "model file: no 'bcmodel 1' line; not a BlueConnect model file");
+  if (layout != signature) return BC_OK;
+  *matches = true;
+  *out = m;
+  return BC_OK;
+}
+
+std::string model_describe(const CostModel &m) {
+  std::ostringstream os;
+  os << "cost model (" << m.source << ", chunks up to " << m.max_chunk << " B):";
+  char buf[120];
+  for (const auto &kv : m.fits) {
+    std::snprintf(buf, sizeof buf, " L%d/%s a=%.1fus b=%.3fns/B (%.0f MB/s)", kv.first.first,
+                  fit_name(kv.first.second), kv.second.alpha * 1e6, kv.second.beta * 1e9,
+                  kv.second.beta > 0 ? 1e-6 / kv.second.beta : 0.0);
+    os << buf;
+  }
+  return os.str();
+}
+
+}  // namespace bc

@@ -1,0 +1,98 @@
+// The α-β cost model: predicted time of a plan, and the plan it chooses per size.
+//
+// Each (topology level, algorithm) pair has a fit `alpha` (seconds per step)
+// and `beta` (seconds per byte a rank sends), measured at communicator creation
+// (lib/api/calibrate.cc) by running that algorithm on that level's real groups,
+// all of them at once, so the fit already holds what the level's groups share
+// (a node's NIC, the memory bus) and what the algorithm's pattern costs (the
+// ring streams to one neighbour; rhd switches partners every step).
+//
+// One stage of q owners (m members, so m - q extras fold in) on B bytes:
+//   ring      RS+AG: 2(q-1) steps, 2(q-1)/q * B bytes
+//   rhd       RS+AG: 2 log2 q steps, 2(q-1)/q * B bytes (power-of-two q;
+//             other q fold pairs first: 4 more steps, about B more bytes)
+//   rd (top)  the stage's whole all-reduce: log2 q steps, log2 q * B bytes
+//   fold      extras in and out: 2 steps, 2 ceil((m-q)/q) * B bytes
+// and a stage's B is the chunk divided by the owners of the stages below it.
+//
+// A pipelined all-reduce of n chunks, `depth` in flight, costs
+//   T = fill + (n-1) * max(busiest level's byte time per chunk, fill / depth)
+// where fill = one chunk's time through every stage: the first chunk pays the
+// latency of every stage, the rest stream at the pace of the slowest link,
+// unless too few chunks are in flight to hide the latency.
+//
+// The model is pure data, like the plans: unit tests drive it without MPI.
+// Every rank evaluates it on the same fits (agreed with one allreduce), so every
+// rank chooses the same plan.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "plan/plan.h"
+#include "plan/rules.h"
+
+namespace bc {
+
+struct CostFit {
+  double alpha = 0;  // seconds per step
+  double beta = 0;   // seconds per byte sent by one rank
+};
+
+struct CostModel {
+  std::map<std::pair<int, Algo>, CostFit> fits;  // (level, algorithm)
+  // The largest chunk the fits are trusted for. A fit holds near the message
+  // sizes it was measured at: a 16 MiB ring step over UCX/TCP ran 1.7x slower
+  // than the 256 KiB fit predicted (docs/BENCHMARKS.md), so buffers above this
+  // are always pipelined in chunks no larger, and the model picks among those.
+  int64_t max_chunk = 1 << 20;
+  std::string source;                            // "calibrated", "file PATH", ...
+  bool empty() const { return fits.empty(); }
+  const CostFit *find(int level, Algo a) const;
+};
+
+// Steps and bytes (as a multiple of the stage's input B) of one stage's RS+AG
+// (or rd all-reduce) with `algo` over q owners and m members.
+struct StageShape {
+  double steps = 0;
+  double bytes_per_b = 0;
+  bool ok = false;  // the algorithm can serve q owners
+};
+StageShape stage_shape(Algo algo, int q, int m);
+
+// Fits alpha and beta from two timings of one stage: t0 at b0 bytes, t1 at b1 > b0.
+CostFit fit_stage(const StageShape &shape, double b0, double t0, double b1, double t1);
+
+struct Prediction {
+  double seconds = 0;
+  double fill = 0;     // one chunk through every stage
+  double per_chunk = 0;  // the pace of the rest
+  int64_t chunks = 1;
+  std::vector<Algo> stage_algos;  // per stage of the hierarchy
+  bool ok = false;
+};
+
+// Time of an all-reduce of `bytes` under `choice` on hierarchy h. ok = false
+// when the model has no fit for a stage or the choice cannot run.
+Prediction predict(const Hierarchy &h, const CostModel &m, const PlanChoice &choice, int64_t bytes);
+
+// The fastest plan the model finds for `bytes`: shape (split or leader), the top
+// stage as rd or split, an algorithm per stage, chunk size and depth (at most
+// 4). Within 3% of the best it keeps the earlier candidate (split before
+// leader, fewer and bigger chunks, then the deeper pipeline), so calibration
+// noise does not flip the choice back and forth.
+PlanChoice model_choose(const Hierarchy &split, const Hierarchy &leader, const CostModel &m, int64_t bytes,
+                        Prediction *pred = nullptr);
+
+// The model file (BC_MODEL_FILE): see docs/PLANS.md for the format.
+std::string model_signature(const Hierarchy &split);
+std::string model_serialize(const CostModel &m, const std::string &signature);
+// Parses `text`; *matches = false (and *out empty) when the file was written for
+// another layout. Syntax errors fail with BC_ERR_PARAM naming the line.
+Status model_parse(const std::string &text, const std::string &signature, CostModel *out, bool *matches);
+std::string model_describe(const CostModel &m);
+
+}  // namespace bc

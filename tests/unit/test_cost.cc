@@ -1,0 +1,193 @@
+// The α-β cost model (lib/plan/cost.h): shapes, fits, predictions, the choice
+// per size, and the model file. The plans it chooses are run by the simulator
+// in test_plan.cc ("plans the cost model chooses ...").
+#include <catch2/catch.hpp>
+
+#include <cmath>
+
+#include "plan/cost.h"
+
+using namespace bc;
+
+namespace {
+
+Hierarchy hier(const char *spec, int p, Hierarchy::Shape shape = Hierarchy::Shape::Split) {
+  Topology t;
+  REQUIRE(topo_parse(spec, p, &t) == BC_OK);
+  return Hierarchy::build(t, shape);
+}
+
+// A fast level 1 and a slow level 2: alpha in seconds, beta in seconds per byte.
+CostModel two_levels(double a1, double b1, double a2, double b2) {
+  CostModel m;
+  for (Algo a : {Algo::Ring, Algo::Rhd, Algo::Rd}) {
+    m.fits[{1, a}] = {a1, b1};
+    m.fits[{2, a}] = {a2, b2};
+  }
+  m.source = "test";
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("stage shapes: steps and bytes of each algorithm", "[cost]") {
+  StageShape s = stage_shape(Algo::Ring, 4, 4);
+  REQUIRE(s.ok);
+  REQUIRE(s.steps == 6);
+  REQUIRE(s.bytes_per_b == Approx(1.5));
+  s = stage_shape(Algo::Rhd, 4, 4);
+  REQUIRE(s.steps == 4);
+  REQUIRE(s.bytes_per_b == Approx(1.5));
+  s = stage_shape(Algo::Rhd, 6, 6);  // folds 2 pairs into 4
+  REQUIRE(s.ok);
+  REQUIRE(s.steps == 2 * 2 + 4);
+  REQUIRE(s.bytes_per_b == Approx(2 * 3.0 / 4 + 1 + 1.0 / 6));
+  s = stage_shape(Algo::Rd, 8, 8);
+  REQUIRE(s.steps == 3);
+  REQUIRE(s.bytes_per_b == 3);
+  REQUIRE_FALSE(stage_shape(Algo::Rd, 6, 6).ok);
+  // 2 owners, 3 members: one extra folds in and gets the result back.
+  s = stage_shape(Algo::Ring, 2, 3);
+  REQUIRE(s.steps == 2 + 2);
+  REQUIRE(s.bytes_per_b == Approx(1 + 2));
+  // The leader shape below the top: one owner, everything folds.
+  s = stage_shape(Algo::Ring, 1, 4);
+  REQUIRE(s.steps == 2);
+  REQUIRE(s.bytes_per_b == 2 * 3);
+}
+
+TEST_CASE("fit_stage recovers alpha and beta from two timings", "[cost]") {
+  const StageShape s = stage_shape(Algo::Ring, 4, 4);
+  const double alpha = 50e-6, beta = 4e-9;
+  auto t = [&](double b) { return s.steps * alpha + s.bytes_per_b * b * beta; };
+  const CostFit f = fit_stage(s, 256, t(256), 262144, t(262144));
+  REQUIRE(f.alpha == Approx(alpha).epsilon(1e-9));
+  REQUIRE(f.beta == Approx(beta).epsilon(1e-9));
+  // Noise that makes the large run look faster must not give free bytes or steps.
+  const CostFit g = fit_stage(s, 256, 1e-3, 262144, 0.5e-3);
+  REQUIRE(g.beta > 0);
+  REQUIRE(g.alpha > 0);
+}
+
+TEST_CASE("predict: one chunk is the sum of the stages; chunks stream at the busiest level", "[cost]") {
+  const Hierarchy h = hier("2x4", 8);  // stage 1: 2 owners; stage 2: 4 owners
+  const CostModel m = two_levels(10e-6, 0.1e-9, 500e-6, 32e-9);
+  PlanChoice c;
+  c.stage_algos = {Algo::Ring, Algo::Ring};
+  const int64_t S = 16 << 20;
+  Prediction p = predict(h, m, c, S);
+  REQUIRE(p.ok);
+  REQUIRE(p.chunks == 1);
+  const double stage1 = 2 * 10e-6 + 1.0 * S * 0.1e-9;       // ring q=2: 2 steps, B bytes
+  const double stage2 = 6 * 500e-6 + 1.5 * (S / 2) * 32e-9;  // ring q=4 on S/2
+  REQUIRE(p.seconds == Approx(stage1 + stage2));
+  c.chunk_bytes = 1 << 20;
+  c.depth = 4;
+  p = predict(h, m, c, S);
+  REQUIRE(p.chunks == 16);
+  const double b2 = 1.5 * (1 << 19) * 32e-9;  // the network's bytes per chunk
+  const double fill = 2 * 10e-6 + (1 << 20) * 0.1e-9 + 6 * 500e-6 + b2;
+  REQUIRE(p.fill == Approx(fill));
+  REQUIRE(p.per_chunk == Approx(std::max(b2, fill / 4)));
+  REQUIRE(p.seconds == Approx(fill + 15 * p.per_chunk));
+  // Depth 1: no overlap, 16 times one chunk.
+  c.depth = 1;
+  REQUIRE(predict(h, m, c, S).seconds == Approx(16 * fill));
+  // No fit for a level: no prediction.
+  CostModel partial = m;
+  partial.fits.erase({2, Algo::Ring});
+  REQUIRE_FALSE(predict(h, partial, c, S).ok);
+}
+
+TEST_CASE("model_choose: latency plan when small, pipelined split when large", "[cost]") {
+  const Hierarchy split = hier("2x4", 8), leader = hier("2x4", 8, Hierarchy::Shape::Leader);
+  const CostModel m = two_levels(20e-6, 0.2e-9, 1e-3, 64e-9);
+  Prediction p;
+  PlanChoice small = model_choose(split, leader, m, 4096, &p);
+  REQUIRE(p.ok);
+  // Slow steps across nodes: recursive doubling at the top (2 steps, not 6).
+  REQUIRE(small.top_rd);
+  REQUIRE(small.chunk_bytes == 0);
+  PlanChoice large = model_choose(split, leader, m, 64 << 20, &p);
+  REQUIRE(large.shape == Hierarchy::Shape::Split);
+  REQUIRE_FALSE(large.top_rd);  // rd sends the whole range log2 q times
+  REQUIRE(large.chunk_bytes > 0);
+  REQUIRE(large.depth > 1);
+  // The choice beats every fixed alternative the model knows by its own measure.
+  for (int64_t chunk : {int64_t{0}, int64_t{64 << 10}, int64_t{4 << 20}}) {
+    PlanChoice alt = large;
+    alt.chunk_bytes = chunk;
+    REQUIRE(predict(split, m, alt, 64 << 20).seconds >= p.seconds * 0.97);
+  }
+}
+
+TEST_CASE("model_choose: the algorithm per stage follows the fits", "[cost]") {
+  const Hierarchy split = hier("4x4", 16), leader = hier("4x4", 16, Hierarchy::Shape::Leader);
+  CostModel m = two_levels(20e-6, 0.2e-9, 1e-3, 64e-9);
+  // rhd measured slower per byte across nodes (partner switching), equal inside.
+  m.fits[{2, Algo::Rhd}] = {1e-3, 80e-9};
+  PlanChoice c = model_choose(split, leader, m, 16 << 20);
+  REQUIRE(c.stage_algos.size() == 2);
+  REQUIRE(c.stage_algos[1] == Algo::Ring);
+  // rhd's fewer steps win inside the node when its bytes cost the same.
+  m.fits[{1, Algo::Rhd}] = {20e-6, 0.2e-9};
+  m.fits[{1, Algo::Ring}] = {40e-6, 0.2e-9};
+  c = model_choose(split, leader, m, 64 << 10);
+  REQUIRE(c.stage_algos[0] == Algo::Rhd);
+  // A group of 3: rhd must fold a pair first; with the same fits the ring wins.
+  m.fits[{1, Algo::Ring}] = {20e-6, 0.2e-9};
+  const Hierarchy odd = hier("3x2", 6), odd_leader = hier("3x2", 6, Hierarchy::Shape::Leader);
+  c = model_choose(odd, odd_leader, m, 1 << 20);
+  REQUIRE(c.stage_algos[0] == Algo::Ring);
+}
+
+TEST_CASE("the model file: round trip, other layouts, bad lines", "[cost]") {
+  const Hierarchy h = hier("2x4", 8);
+  const std::string sig = model_signature(h);
+  REQUIRE(sig == "p8/L1:g4q2m2/L2:g2q4m4");
+  REQUIRE(model_signature(hier("3,2,3", 8)) != model_signature(hier("4x2", 8)));
+  const CostModel m = two_levels(12.5e-6, 0.25e-9, 900e-6, 61e-9);
+  const std::string text = model_serialize(m, sig);
+  CostModel back;
+  bool matches = false;
+  REQUIRE(model_parse(text, sig, &back, &matches) == BC_OK);
+  REQUIRE(matches);
+  REQUIRE(back.fits.size() == m.fits.size());
+  for (const auto &kv : m.fits) {
+    const CostFit *f = back.find(kv.first.first, kv.first.second);
+    REQUIRE(f);
+    REQUIRE(f->alpha == Approx(kv.second.alpha).epsilon(1e-8));
+    REQUIRE(f->beta == Approx(kv.second.beta).epsilon(1e-8));
+  }
+  // Written for another layout: not an error, just not used.
+  REQUIRE(model_parse(text, model_signature(hier("4x2", 8)), &back, &matches) == BC_OK);
+  REQUIRE_FALSE(matches);
+  REQUIRE(back.empty());
+  for (const char *bad : {"fit 1 ring 1e-5 1e-9\n", "bcmodel 2\n", "bcmodel 1\nfit 0 ring 1 1\n",
+                          "bcmodel 1\nfit 1 fast 1 1\n", "bcmodel 1\nfit 1 ring -1 1\n", "bcmodel 1\nfit 1 ring\n",
+                          "bcmodel 1\ncolour red\n"}) {
+    INFO(bad);
+    REQUIRE(model_parse(bad, sig, &back, &matches) == BC_ERR_PARAM);
+    REQUIRE(std::string(last_error()).find("model file") != std::string::npos);
+  }
+}
+
+TEST_CASE("BC_PLAN rules take one algorithm per stage", "[cost][rules]") {
+  std::vector<PlanRule> rules;
+  REQUIRE(plan_rules_parse("1M-:algo=rhd/ring,chunk=1M", &rules) == BC_OK);
+  PlanChoice c = plan_choose(rules, 4 << 20, PlanChoice());
+  REQUIRE(c.stage_algos == std::vector<Algo>{Algo::Rhd, Algo::Ring});
+  REQUIRE(plan_choice_describe(c).find("algo=rhd/ring") != std::string::npos);
+  PlanChoice d = c;
+  d.stage_algos = {Algo::Ring, Algo::Ring};
+  REQUIRE(plan_choice_algo_key(c) != plan_choice_algo_key(d));
+  REQUIRE(plan_rules_parse("-1K:algo=rhd/fast", &rules) == BC_ERR_PARAM);
+  // A per-stage algorithm that cannot serve its group is an error, not a silent fallback.
+  Topology t;
+  REQUIRE(topo_parse("3x2", 6, &t) == BC_OK);
+  const Hierarchy h = Hierarchy::build(t);
+  Program prog;
+  const std::vector<Algo> rhd_first{Algo::Rhd, Algo::Direct};
+  REQUIRE(build_program(h, 0, CollKind::Allreduce, 60, Algo::Auto, false, &prog, false, &rhd_first) == BC_OK);
+  REQUIRE(prog.stage_algos == rhd_first);
+}
