@@ -229,6 +229,12 @@ def main():
     md.append("- bound = max(2(N−1)/N · S/BW, 2(R−1)/R · S/TRUNK_BW) with N nodes, R racks, S bytes; the "
               "trunk term only with racks. % = bound / time (100% = as fast as the links allow).")
     md.append("- Open MPI columns: the best (lowest time) of the %s repeat(s) of that configuration." % meta.get("repeats", "?"))
+    if meta.get("path", "api") == "pmpi":
+        md.append("- BlueConnect is called as an unmodified MPI program calls it: MPI_Allreduce under the PMPI "
+                  "preload (LD_PRELOAD=libblueconnect_mpi.so; bc_bench --via mpi); the MPI side calls "
+                  "PMPI_Allreduce, the library underneath, in the same run.")
+    else:
+        md.append("- BlueConnect is called through its C API (bc_allreduce).")
     md.append("- BlueConnect is measured in every run, alternating with that run's MPI configuration. "
               "\"BlueConnect\" = per run configuration the best of its repeats (as for MPI), then the **median** "
               "over the %d configuration(s); \"BC best\" = the best over all runs." % len(configs))
