@@ -64,15 +64,6 @@ std::string g_stats_path;
 int g_comm_keyval = MPI_KEYVAL_INVALID;
 int g_self_keyval = MPI_KEYVAL_INVALID;
 
-// > 0 while this thread runs BlueConnect code: the library's own
-// MPI_Allreduce / MPI_Allgather (communicator setup) go straight to MPI.
-thread_local int t_inside = 0;
-struct Inside {
-  Inside() { ++t_inside; }
-  ~Inside() { --t_inside; }
-  Inside(const Inside &) = delete;
-  Inside &operator=(const Inside &) = delete;
-};
 
 // Predefined datatypes BlueConnect reduces, with their sizes in this MPI.
 struct TypeEntry {
@@ -229,7 +220,7 @@ bool bad(H handle, H null_handle) {
   return handle == null_handle || handle == H{};
 }
 
-int error_class(bc_status_t st) {
+int mpi_error_class(bc_status_t st) {
   switch (st) {
     case BC_ERR_INVALID_ARG: return MPI_ERR_ARG;
     case BC_ERR_NO_MEMORY: return MPI_ERR_NO_MEM;
@@ -243,7 +234,7 @@ int error_class(bc_status_t st) {
 // Hands a BlueConnect failure to the communicator's error handler, as MPI does.
 int raise(Coll c, MPI_Comm comm, bc_status_t st, const char *what) {
   g_errors[static_cast<int>(c)].fetch_add(1, std::memory_order_relaxed);
-  const int cls = error_class(st);
+  const int cls = mpi_error_class(st);
   BC_LOG(LogLevel::Error, LogSys::Pmpi, "%s: %s", kCollNames[static_cast<int>(c)], what);
   if (!bad(comm, MPI_COMM_NULL)) PMPI_Comm_call_errhandler(comm, cls);
   return cls;
@@ -276,6 +267,7 @@ void unregister(CommState *cs) {
 }
 
 void destroy_state(CommState *cs) {
+  if (cs->bc) requests_drain(cs->bc);  // MPI lets a communicator go with operations in flight
   if (cs->bc) {
     Inside in;
     bc_status_t st = bc_comm_destroy(&cs->bc);
@@ -408,6 +400,7 @@ int ensure_init() {
           g_disabled ? "disabled (BC_DISABLE=1)" : "enabled", static_cast<long long>(g_min_bytes),
           g_types.size());
   s = g_disabled ? kDisabled : kReady;
+  if (s == kReady) requests_init();
   g_state.store(s, std::memory_order_release);
   return s;
 }
@@ -478,6 +471,7 @@ void teardown() {
   if (s == kUninit || s == kFinalized) return;
   g_state.store(kFinalized, std::memory_order_release);
   if (s == kFailed) return;
+  requests_finalize();  // every MPI_Iallreduce still in flight, finished; the progress hook out
   std::vector<CommState *> comms;
   {
     std::lock_guard<std::mutex> guard(g_comms_mutex);
@@ -559,8 +553,11 @@ namespace {
 
 // MPI_Allreduce and MPI_Iallreduce share the route and the call; a missing
 // request (Iallreduce) is one more argument error that MPI must report itself.
+// `started` (Iallreduce, when the progress hook is in): start the operation
+// and hand it back instead of running it to the end.
 int serve_allreduce(Coll c, const void *sendbuf, void *recvbuf, int count, MPI_Datatype dt, MPI_Op op,
-                    MPI_Comm comm, bool request_missing, int fallback_reason) {
+                    MPI_Comm comm, bool request_missing, int fallback_reason, bc_request_t *started = nullptr,
+                    bc_comm_t *started_on = nullptr) {
   return guarded(c, comm, [&]() -> int {
     Reason why;
     if (!route_start(fallback_reason, &why)) return pass(c, why);
@@ -576,7 +573,10 @@ int serve_allreduce(Coll c, const void *sendbuf, void *recvbuf, int count, MPI_D
     bc_status_t st;
     {
       Inside in;
-      st = bc_allreduce(sendbuf == MPI_IN_PLACE ? BC_IN_PLACE : sendbuf, recvbuf, count, t->bc, bop, cs->bc);
+      const void *input = sendbuf == MPI_IN_PLACE ? BC_IN_PLACE : sendbuf;
+      st = started ? bc_iallreduce(input, recvbuf, count, t->bc, bop, cs->bc, started)
+                   : bc_allreduce(input, recvbuf, count, t->bc, bop, cs->bc);
+      if (started_on) *started_on = cs->bc;
     }
     if (st != BC_OK) return raise(c, comm, st, bc_last_error());
     g_served[static_cast<int>(c)].fetch_add(1, std::memory_order_relaxed);
@@ -593,12 +593,16 @@ int allreduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype dt, MP
 
 int iallreduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype dt, MPI_Op op, MPI_Comm comm,
                MPI_Request *request, int fallback_reason) {
-  // Blocking for now: BlueConnect runs it here and the request returned is
-  // already complete (a generalized request, so MPI_Wait/MPI_Test accept it).
+  // Non-blocking where Open MPI's progress loop drives it (pmpi_requests.cc);
+  // otherwise BlueConnect runs it here and the request returned is already
+  // complete (a generalized request either way, so MPI_Wait/MPI_Test take it).
+  const bool async = requests_async();
+  bc_request_t op_started = nullptr;
+  bc_comm_t on = nullptr;
   const int rc = serve_allreduce(Coll::Iallreduce, sendbuf, recvbuf, count, dt, op, comm, request == nullptr,
-                                 fallback_reason);
+                                 fallback_reason, async ? &op_started : nullptr, &on);
   if (rc != MPI_SUCCESS) return rc;  // kPass, or an error already raised
-  const int grc = completed_request(request);
+  const int grc = op_started ? requests_start(op_started, on, request) : completed_request(request);
   if (grc != MPI_SUCCESS) {
     PMPI_Comm_call_errhandler(comm, grc);
     return grc;
@@ -673,6 +677,8 @@ int allgather(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *r
 }
 
 void init_now() { ensure_init(); }
+
+int error_class(bc_status_t st) { return mpi_error_class(st); }
 void finalize_now() { teardown(); }
 
 }  // namespace pmpi

@@ -8,6 +8,8 @@
 
 #include <mpi.h>
 
+#include "blueconnect.h"
+
 #define BC_PMPI_EXPORT __attribute__((visibility("default")))
 
 namespace bc {
@@ -42,6 +44,31 @@ enum class Coll : int { Allreduce = 0, ReduceScatterBlock, Allgather, Iallreduce
 // to PMPI_*, the Fortran ones to MPI's own Fortran binding). `fallback_reason`
 // >= 0 forces kPass, counted under that reason.
 constexpr int kPass = -1;
+
+// > 0 while this thread runs BlueConnect code: the library's own
+// MPI_Allreduce / MPI_Allgather (communicator setup) go straight to MPI, and
+// the progress callback (pmpi_requests.cc) stays out.
+inline thread_local int t_inside = 0;
+struct Inside {
+  Inside() { ++t_inside; }
+  ~Inside() { --t_inside; }
+  Inside(const Inside &) = delete;
+  Inside &operator=(const Inside &) = delete;
+};
+
+// The MPI error class of a BlueConnect status.
+int error_class(bc_status_t st);
+
+// Non-blocking MPI_Iallreduce (pmpi_requests.cc). requests_init hooks Open
+// MPI's progress loop; requests_async says whether that worked (otherwise
+// MPI_Iallreduce completes inside the call). requests_start wraps a started
+// bc_iallreduce in a generalized request; requests_drain finishes the
+// operations of one communicator (NULL: all) before it goes.
+void requests_init();
+bool requests_async();
+int requests_start(bc_request_t op, bc_comm_t comm, MPI_Request *request);
+void requests_drain(bc_comm_t comm);
+void requests_finalize();
 int allreduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype dt, MPI_Op op, MPI_Comm comm,
               int fallback_reason = -1);
 int reduce_scatter_block(const void *sendbuf, void *recvbuf, int recvcount, MPI_Datatype dt, MPI_Op op,

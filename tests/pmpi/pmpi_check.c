@@ -799,6 +799,58 @@ static void check_error_handler(void) {
   MPI_Comm_free(&c);
 }
 
+/* ---- MPI_Iallreduce in the background (under the interposer, on Open MPI) ----
+ * 1. Rank 0 joins 0.3 s late: the others' MPI_Iallreduce must return at once
+ *    and MPI_Test must say "not yet" (a blocking one would sit in the call).
+ * 2. The operation advances while the program is in other MPI calls: a
+ *    blocking ring exchange and a barrier on another communicator, then Wait.
+ * 3. MPI_Request_free on an operation in flight, then MPI_Comm_free of its
+ *    communicator: the free finishes it, and the result is there. */
+static void check_iallreduce_async(void) {
+  enum { N = 200003 };
+  int *in = malloc(N * sizeof *in), *out = malloc(N * sizeof *out), i, flag = 1, bad = 0, rc;
+  int token = g_rank, got = -1;
+  double t0, in_call;
+  MPI_Request req;
+  MPI_Comm dup;
+  for (i = 0; i < N; ++i) in[i] = (i % 7) + g_rank;
+  if (g_size > 1) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (g_rank == 0) {
+      t0 = MPI_Wtime();
+      while (MPI_Wtime() - t0 < 0.3) {
+      }
+    }
+    t0 = MPI_Wtime();
+    rc = MPI_Iallreduce(in, out, N, MPI_INT, MPI_SUM, MPI_COMM_WORLD, &req);
+    in_call = MPI_Wtime() - t0;
+    if (g_rank != 0) {
+      MPI_Test(&req, &flag, MPI_STATUS_IGNORE);
+      check(rc == MPI_SUCCESS && in_call < 0.2 && !flag,
+            "async: MPI_Iallreduce waited %.3f s in the call (flag %d) while rank 0 was late", in_call, flag);
+    }
+    /* Other MPI traffic while it runs: a ring exchange and a barrier. */
+    MPI_Sendrecv(&token, 1, MPI_INT, (g_rank + 1) % g_size, 5, &got, 1, MPI_INT, (g_rank + g_size - 1) % g_size, 5,
+                 MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    MPI_Barrier(MPI_COMM_WORLD);
+    rc = MPI_Wait(&req, MPI_STATUS_IGNORE);
+    for (i = 0; i < N; ++i) bad += out[i] != g_size * (i % 7) + g_size * (g_size - 1) / 2;
+    check(rc == MPI_SUCCESS && !bad && got == (g_rank + g_size - 1) % g_size,
+          "async: MPI_Iallreduce overlapped with a ring exchange and a barrier: %d wrong", bad);
+  }
+  MPI_Comm_dup(MPI_COMM_WORLD, &dup);
+  memset(out, 0, N * sizeof *out);
+  rc = MPI_Iallreduce(in, out, N, MPI_INT, MPI_SUM, dup, &req);
+  MPI_Request_free(&req);
+  MPI_Comm_free(&dup);
+  bad = 0;
+  for (i = 0; i < N; ++i) bad += out[i] != g_size * (i % 7) + g_size * (g_size - 1) / 2;
+  check(rc == MPI_SUCCESS && req == MPI_REQUEST_NULL && !bad,
+        "async: MPI_Request_free + MPI_Comm_free finished the operation: %d wrong", bad);
+  free(in);
+  free(out);
+}
+
 /* ---- communicators ---- */
 
 static void run_full(int expect_bc) {
@@ -857,6 +909,7 @@ static void run_full(int expect_bc) {
 
   check_intercomm();
   if (expect_bc) check_error_handler();
+  if (expect_bc) check_iallreduce_async();
 }
 
 /* A fixed list of calls for stats_check.sh (world of 4 ranks, BC_PMPI_MIN_BYTES=64):
