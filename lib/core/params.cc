@@ -81,6 +81,16 @@ const ParamDef kParamDefs[] = {
      "BC_PIPELINE_DEPTH. The default sends buffers under 32 KiB through node leaders and recursive "
      "doubling (fewest steps); larger ones take BlueConnect's split. BC_PLAN= (empty) means the "
      "split for every size."},
+    {ParamId::CudaIpcCache, "BC_CUDA_IPC_CACHE", ParamType::Int, "64", nullptr,
+     "Device buffers (CUDA builds): opened CUDA IPC mappings of peers' buffers kept per communicator; "
+     "the least recently used beyond this many are closed (at least 1). A mapping is also closed "
+     "when its peer frees the buffer and sends a new handle for the same address range."},
+    {ParamId::CudaStagingChunk, "BC_CUDA_STAGING_CHUNK", ParamType::Bytes, "1M", nullptr,
+     "Device buffers crossing nodes (CUDA builds): size of each pinned host bounce buffer; larger "
+     "transfers are cut into pieces of this size, copied and sent in order."},
+    {ParamId::CudaStagingBufs, "BC_CUDA_STAGING_BUFS", ParamType::Int, "8", nullptr,
+     "Device buffers crossing nodes (CUDA builds): pinned bounce buffers per direction (sends, "
+     "receives), at least 2 so that a copy overlaps the previous piece's network transfer."},
 };
 static_assert(sizeof(kParamDefs) / sizeof(kParamDefs[0]) == static_cast<size_t>(ParamId::Count),
               "one row per ParamId");

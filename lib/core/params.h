@@ -33,6 +33,9 @@ enum class ParamId : int {
   Chunk,        // BC_CHUNK
   PipelineDepth,// BC_PIPELINE_DEPTH
   Plan,         // BC_PLAN
+  CudaIpcCache, // BC_CUDA_IPC_CACHE
+  CudaStagingChunk, // BC_CUDA_STAGING_CHUNK
+  CudaStagingBufs,  // BC_CUDA_STAGING_BUFS
   Count
 };
 
