@@ -10,6 +10,10 @@
 #include "core/blocks.h"
 #include "sched/operation.h"
 #include "topo/detect.h"
+#include "bc_config.h"
+#if BC_HAVE_CUDA
+#include "transports/cuda/cuda_transports.h"
+#endif
 
 namespace bc {
 namespace {
@@ -70,6 +74,53 @@ Status select_transports(bc_comm *c) {
                      peer, c->rank);
   }
   return BC_OK;
+}
+
+#if BC_HAVE_CUDA
+Status create_device_transports(bc_comm *c) {
+  TransportSetup setup;
+  setup.bootstrap = c->mpi;
+  setup.rank = c->rank;
+  setup.size = c->size;
+  setup.node_of = c->topo.node_of;
+  setup.params = &c->params;
+  std::unique_ptr<Transport> ipc, staging;
+  BC_CHECK(cuda_transport_create(setup, &ipc));
+  BC_CHECK(staging_transport_create(setup, c->peer_transport, &staging));
+  c->dev_peer_transport.assign(c->size, nullptr);
+  for (int peer = 0; peer < c->size; ++peer) {
+    if (peer == c->rank) continue;
+    c->dev_peer_transport[peer] = ipc->can_connect(peer, BC_MEM_CUDA) ? ipc.get() : staging.get();
+  }
+  c->dev_transports.push_back(std::move(ipc));
+  c->dev_transports.push_back(std::move(staging));
+  return BC_OK;
+}
+#endif
+
+// The device transports, created by the first collective on device buffers:
+// a communicator that never sees one never touches the GPU. Collective; every
+// rank must pass device buffers to the same calls (as with MPI datatypes).
+Status ensure_device(bc_comm *c) {
+  if (c->dev_state == bc_comm::DevState::Ready) return BC_OK;
+  if (c->dev_state == bc_comm::DevState::Unknown) {
+#if BC_HAVE_CUDA
+    Status st = agree(c->mpi, create_device_transports(c), "device transport setup");
+    if (st == BC_OK) {
+      c->dev_state = bc_comm::DevState::Ready;
+      BC_INFO(Transport, "device buffers: cuda (CUDA IPC) inside the node, staging through pinned host "
+              "buffers across nodes");
+      return BC_OK;
+    }
+    c->dev_reason = last_error();
+    c->dev_transports.clear();
+    if (st != BC_ERR_NOT_SUPPORTED) return st;
+#else
+    c->dev_reason = "built without CUDA (meson -Dcuda=enabled)";
+#endif
+    c->dev_state = bc_comm::DevState::Unavailable;
+  }
+  return BC_FAIL(BC_ERR_NOT_SUPPORTED, "device buffers are not usable on this communicator: %s", c->dev_reason.c_str());
 }
 
 Status comm_setup(bc_comm *c) {
@@ -190,6 +241,8 @@ Status comm_destroy(bc_comm *comm) {
     g_live.erase(comm);
   }
   comm->magic = 0;
+  comm->dev_transports.clear();  // they wrap the host transports: first
+  comm->dev_pool.clear();
   comm->transports.clear();
   if (comm->mpi != MPI_COMM_NULL) MPI_Comm_free(&comm->mpi);
   delete comm;
@@ -245,7 +298,10 @@ namespace {
 
 // Checks the arguments, places the input in the work buffer and builds the
 // started Operation. *work_out: the work buffer (for reduce_scatter's finish).
-Status start(bc_comm *c, const CollArgs &a, std::unique_ptr<Operation> *op_out, unsigned char **work_out) {
+// *dev_work_out: a device work buffer from the pool, for the caller to release
+// (reduce_scatter on device buffers); set before any failure after it is taken.
+Status start(bc_comm *c, const CollArgs &a, std::unique_ptr<Operation> *op_out, unsigned char **work_out,
+             void **dev_work_out = nullptr) {
   BC_CHECK(comm_check(c));
   if (c->broken)
     return BC_FAIL(BC_ERR_INVALID_COMM, "the communicator is broken by an earlier failure; destroy it");
@@ -255,8 +311,13 @@ Status start(bc_comm *c, const CollArgs &a, std::unique_ptr<Operation> *op_out, 
   if (a.kind != CollKind::Allgather) BC_CHECK(reduce_check(a.dtype, a.op));
   if (a.mem < 0 || a.mem >= BC_MEM_COUNT)
     return BC_FAIL(BC_ERR_INVALID_ARG, "unknown memory type %d", static_cast<int>(a.mem));
-  if (a.mem == BC_MEM_CUDA)
-    return BC_FAIL(BC_ERR_NOT_SUPPORTED, "device buffers need a CUDA build (meson -Dcuda=enabled)");
+  bc_memtype_t mem = BC_MEM_HOST;
+  BC_CHECK(resolve_memtype(a.sendbuf, a.recvbuf, a.mem, &mem));
+  c->cur_mem = mem;
+  if (mem == BC_MEM_CUDA) {
+    if (a.kind != CollKind::Allgather) BC_CHECK(reduce_check_cuda(a.dtype, a.op));
+    BC_CHECK(ensure_device(c));
+  }
   const size_t elem = bc_dtype_size(a.dtype);
   const int64_t p = c->size;
   const int64_t limit = INT64_MAX / static_cast<int64_t>(elem) / p;
@@ -288,14 +349,28 @@ Status start(bc_comm *c, const CollArgs &a, std::unique_ptr<Operation> *op_out, 
 
   unsigned char *work = nullptr;
   auto *recv = static_cast<unsigned char *>(a.recvbuf);
+  const bool dev = mem == BC_MEM_CUDA;
+  // Device buffers: the same placement with device copies, and the reduce-
+  // scatter's work buffer from the communicator's device pool.
+  auto copy = [dev](void *dst, const void *src, size_t n) -> Status {
+    if (dev) return cuda_copy(dst, src, n);
+    std::memcpy(dst, src, n);
+    return BC_OK;
+  };
   switch (a.kind) {
     case CollKind::Allreduce:
       work = recv;
-      if (!in_place) std::memcpy(work, a.sendbuf, send_bytes);
+      if (!in_place) BC_CHECK(copy(work, a.sendbuf, send_bytes));
       break;
     case CollKind::ReduceScatter:
       if (in_place) {
         work = recv;
+      } else if (dev) {
+        void *p = nullptr;
+        BC_CHECK(c->dev_pool.acquire(send_bytes, &p));
+        if (dev_work_out) *dev_work_out = p;
+        work = static_cast<unsigned char *>(p);
+        BC_CHECK(copy(work, a.sendbuf, send_bytes));
       } else {
         c->staging.resize(send_bytes);
         work = c->staging.data();
@@ -304,20 +379,21 @@ Status start(bc_comm *c, const CollArgs &a, std::unique_ptr<Operation> *op_out, 
       break;
     case CollKind::Allgather:
       work = recv;
-      if (!in_place) std::memcpy(work + c->rank * a.count * elem, a.sendbuf, a.count * elem);
+      if (!in_place) BC_CHECK(copy(work + c->rank * a.count * elem, a.sendbuf, a.count * elem));
       break;
   }
 
   ExecContext ctx;
-  ctx.peer_transport = &c->peer_transport;
-  ctx.mem = BC_MEM_HOST;
+  ctx.peer_transport = dev ? &c->dev_peer_transport : &c->peer_transport;
+  ctx.mem = mem;
+  ctx.dev_pool = &c->dev_pool;
   ctx.dtype = a.dtype;
   ctx.op = a.op == BC_AVG ? BC_SUM : a.op;
   ctx.nranks = c->size;
   ctx.timeout_ms = c->params.get_int(ParamId::Timeout);
   ctx.spin_count = std::max<int64_t>(1, c->params.get_int(ParamId::SpinCount));
   // Sleeping on one transport's event fd is only safe when every peer uses it.
-  for (int r = 0; r < c->size; ++r) {
+  for (int r = 0; r < c->size && !dev; ++r) {
     if (r == c->rank) continue;
     Transport *t = c->peer_transport[r];
     if (!t->can_sleep() || (ctx.sleeper && ctx.sleeper != t)) {
@@ -341,16 +417,25 @@ void mark_broken_on(bc_comm *c, Status st) {
 Status comm_run(bc_comm *c, const CollArgs &a) {
   std::unique_ptr<Operation> op;
   unsigned char *work = nullptr;
-  BC_CHECK(start(c, a, &op, &work));
-  if (!op) return BC_OK;  // nothing to move
-  Status st = op->wait();
-  mark_broken_on(c, st);
-  BC_CHECK(st);
-  c->last_stage_seconds = op->stage_seconds();
-  if (a.kind == CollKind::ReduceScatter) {
-    const size_t elem = bc_dtype_size(a.dtype);
-    std::memmove(a.recvbuf, work + c->rank * a.count * elem, a.count * elem);
+  void *dev_work = nullptr;
+  Status st = start(c, a, &op, &work, &dev_work);
+  if (st == BC_OK && op) {
+    st = op->wait();
+    mark_broken_on(c, st);
+    if (st == BC_OK) c->last_stage_seconds = op->stage_seconds();
+    op.reset();  // gives its device scratch back to the pool
+    if (st == BC_OK && a.kind == CollKind::ReduceScatter) {
+      const size_t elem = bc_dtype_size(a.dtype);
+      unsigned char *from = work + c->rank * a.count * elem;
+      // In place, rank r's block never overlaps block 0 unless r = 0 (equal).
+      if (from != a.recvbuf) {
+        if (c->cur_mem == BC_MEM_CUDA) st = cuda_copy(a.recvbuf, from, a.count * elem);
+        else std::memmove(a.recvbuf, from, a.count * elem);
+      }
+    }
   }
+  if (dev_work) c->dev_pool.release(dev_work);
+  BC_CHECK(st);
   return BC_OK;
 }
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/params.h"
+#include "cuda/cuda_rt.h"
 #include "plan/plan.h"
 #include "plan/rules.h"
 #include "topo/topo.h"
@@ -33,6 +34,15 @@ struct bc_comm {
   bool broken = false;  // after a timeout or transport failure: refuse further calls
   std::vector<unsigned char> staging;  // reduce_scatter's full-size work buffer
   std::vector<double> last_stage_seconds;
+
+  // Device buffers, set up by the first device collective (collective itself):
+  // cuda for same-node peers, staging through host buffers for the others.
+  enum class DevState { Unknown, Ready, Unavailable } dev_state = DevState::Unknown;
+  std::string dev_reason;  // why Unavailable
+  std::vector<std::unique_ptr<bc::Transport>> dev_transports;
+  std::vector<bc::Transport *> dev_peer_transport;  // per rank
+  bc::DevicePool dev_pool;  // device scratch and work buffers, freed at destroy
+  bc_memtype_t cur_mem = BC_MEM_HOST;  // of the collective being started
 
   // Plans by (collective, average?, count, shape, algorithm, top rd?), least recently used first.
   using PlanKey = std::tuple<int, bool, int64_t, int, int, bool>;
