@@ -85,14 +85,17 @@ Status create_device_transports(bc_comm *c) {
   setup.node_of = c->topo.node_of;
   setup.params = &c->params;
   std::unique_ptr<Transport> ipc, staging;
-  BC_CHECK(cuda_transport_create(setup, &ipc));
+  // Every rank of a communicator has the same parameters: all or none create
+  // the (collective) IPC transport; ensure_device agrees on the outcome.
+  if (c->params.get_int(ParamId::CudaIpc)) BC_CHECK(cuda_transport_create(setup, &ipc));
+  else BC_CHECK(cuda_usable());
   BC_CHECK(staging_transport_create(setup, c->peer_transport, &staging));
   c->dev_peer_transport.assign(c->size, nullptr);
   for (int peer = 0; peer < c->size; ++peer) {
     if (peer == c->rank) continue;
-    c->dev_peer_transport[peer] = ipc->can_connect(peer, BC_MEM_CUDA) ? ipc.get() : staging.get();
+    c->dev_peer_transport[peer] = ipc && ipc->can_connect(peer, BC_MEM_CUDA) ? ipc.get() : staging.get();
   }
-  c->dev_transports.push_back(std::move(ipc));
+  if (ipc) c->dev_transports.push_back(std::move(ipc));
   c->dev_transports.push_back(std::move(staging));
   return BC_OK;
 }

@@ -81,6 +81,9 @@ const ParamDef kParamDefs[] = {
      "BC_PIPELINE_DEPTH. The default sends buffers under 32 KiB through node leaders and recursive "
      "doubling (fewest steps); larger ones take BlueConnect's split. BC_PLAN= (empty) means the "
      "split for every size."},
+    {ParamId::CudaIpc, "BC_CUDA_IPC", ParamType::Bool, "1", nullptr,
+     "Device buffers (CUDA builds): same-node peers use CUDA IPC (1), or go through pinned host "
+     "staging like other-node peers (0; for testing the staging path on one node)."},
     {ParamId::CudaIpcCache, "BC_CUDA_IPC_CACHE", ParamType::Int, "64", nullptr,
      "Device buffers (CUDA builds): opened CUDA IPC mappings of peers' buffers kept per communicator; "
      "the least recently used beyond this many are closed (at least 1). A mapping is also closed "

@@ -33,6 +33,7 @@ enum class ParamId : int {
   Chunk,        // BC_CHUNK
   PipelineDepth,// BC_PIPELINE_DEPTH
   Plan,         // BC_PLAN
+  CudaIpc,      // BC_CUDA_IPC
   CudaIpcCache, // BC_CUDA_IPC_CACHE
   CudaStagingChunk, // BC_CUDA_STAGING_CHUNK
   CudaStagingBufs,  // BC_CUDA_STAGING_BUFS
