@@ -27,6 +27,7 @@ struct Options {
   bool compare_mpi = false;
   bool stages = false;
   bool full = false;
+  bool mem_cuda = false;  // --mem cuda: device buffers (CUDA builds)
   std::string bc_options;  // for bc_comm_create_with
   bool help = false;
 };
