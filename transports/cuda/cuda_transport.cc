@@ -31,7 +31,7 @@ namespace {
 using GetRangeFn = CUresult (*)(CUdeviceptr *, size_t *, CUdeviceptr);
 
 struct Desc {
-  IpcHandle handle;
+  IpcHandle handle{};
   uint64_t base = 0, size = 0;  // the sender's allocation
   uint64_t offset = 0;          // of the buffer within it
   uint64_t bytes = 0;
@@ -117,7 +117,14 @@ class CudaTransport final : public Transport {
         return BC_FAIL(BC_ERR_TRANSPORT, "cuMemGetAddressRange on a send buffer failed (CUresult %d): not device memory?",
                        static_cast<int>(cr));
       cudaIpcMemHandle_t h;
-      BC_CUDA_CHECK(cudaIpcGetMemHandle(&h, reinterpret_cast<void *>(base)));
+      cudaError_t e = cudaIpcGetMemHandle(&h, reinterpret_cast<void *>(base));
+      if (e != cudaSuccess) {
+        cudaGetLastError();
+        // Managed memory and stream-ordered pool allocations have no legacy IPC handle.
+        return BC_FAIL(BC_ERR_NOT_SUPPORTED,
+                       "cudaIpcGetMemHandle on the send buffer: %s; CUDA IPC needs cudaMalloc memory "
+                       "(BC_CUDA_IPC=0 sends through host staging instead)", cudaGetErrorString(e));
+      }
       std::memcpy(r->desc.handle.bytes, &h, sizeof h);
     }
     r->desc.base = base;
