@@ -10,10 +10,6 @@
 #include "core/blocks.h"
 #include "sched/operation.h"
 #include "topo/detect.h"
-#include "bc_config.h"
-#if BC_HAVE_CUDA
-#include "transports/cuda/cuda_transports.h"
-#endif
 
 namespace bc {
 namespace {
@@ -74,56 +70,6 @@ Status select_transports(bc_comm *c) {
                      peer, c->rank);
   }
   return BC_OK;
-}
-
-#if BC_HAVE_CUDA
-Status create_device_transports(bc_comm *c) {
-  TransportSetup setup;
-  setup.bootstrap = c->mpi;
-  setup.rank = c->rank;
-  setup.size = c->size;
-  setup.node_of = c->topo.node_of;
-  setup.params = &c->params;
-  std::unique_ptr<Transport> ipc, staging;
-  // Every rank of a communicator has the same parameters: all or none create
-  // the (collective) IPC transport; ensure_device agrees on the outcome.
-  if (c->params.get_int(ParamId::CudaIpc)) BC_CHECK(cuda_transport_create(setup, &ipc));
-  else BC_CHECK(cuda_usable());
-  BC_CHECK(staging_transport_create(setup, c->peer_transport, &staging));
-  c->dev_peer_transport.assign(c->size, nullptr);
-  for (int peer = 0; peer < c->size; ++peer) {
-    if (peer == c->rank) continue;
-    c->dev_peer_transport[peer] = ipc && ipc->can_connect(peer, BC_MEM_CUDA) ? ipc.get() : staging.get();
-  }
-  if (ipc) c->dev_transports.push_back(std::move(ipc));
-  c->dev_transports.push_back(std::move(staging));
-  return BC_OK;
-}
-#endif
-
-// The device transports, created by the first collective on device buffers:
-// a communicator that never sees one never touches the GPU. Collective; every
-// rank must pass device buffers to the same calls (as with MPI datatypes).
-Status ensure_device(bc_comm *c) {
-  if (c->dev_state == bc_comm::DevState::Ready) return BC_OK;
-  if (c->dev_state == bc_comm::DevState::Unknown) {
-#if BC_HAVE_CUDA
-    Status st = agree(c->mpi, create_device_transports(c), "device transport setup");
-    if (st == BC_OK) {
-      c->dev_state = bc_comm::DevState::Ready;
-      BC_INFO(Transport, "device buffers: cuda (CUDA IPC) inside the node, staging through pinned host "
-              "buffers across nodes");
-      return BC_OK;
-    }
-    c->dev_reason = last_error();
-    c->dev_transports.clear();
-    if (st != BC_ERR_NOT_SUPPORTED) return st;
-#else
-    c->dev_reason = "built without CUDA (meson -Dcuda=enabled)";
-#endif
-    c->dev_state = bc_comm::DevState::Unavailable;
-  }
-  return BC_FAIL(BC_ERR_NOT_SUPPORTED, "device buffers are not usable on this communicator: %s", c->dev_reason.c_str());
 }
 
 Status comm_setup(bc_comm *c) {
@@ -319,7 +265,7 @@ Status start(bc_comm *c, const CollArgs &a, std::unique_ptr<Operation> *op_out, 
   c->cur_mem = mem;
   if (mem == BC_MEM_CUDA) {
     if (a.kind != CollKind::Allgather) BC_CHECK(reduce_check_cuda(a.dtype, a.op));
-    BC_CHECK(ensure_device(c));
+    BC_CHECK(comm_ensure_device(c));
   }
   const size_t elem = bc_dtype_size(a.dtype);
   const int64_t p = c->size;

@@ -78,6 +78,10 @@ Status comm_create(MPI_Comm comm, const char *options, bc_comm **out);
 Status comm_destroy(bc_comm *comm);
 // BC_ERR_INVALID_COMM unless `comm` is a live communicator.
 Status comm_check(const bc_comm *comm);
+// Device buffers: creates the device transports on the first call (collective:
+// every rank must pass device buffers to the same calls); NotSupported with the
+// reason, cached, where no device is usable (comm_device.cc).
+Status comm_ensure_device(bc_comm *comm);
 // The plan choice for a buffer of `bytes` (BC_PLAN rules over the defaults).
 PlanChoice comm_choose(const bc_comm *comm, int64_t bytes);
 Status comm_plan(bc_comm *comm, CollKind kind, bool average, int64_t count, const PlanChoice &choice,
