@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "reduce/half_bits.h"
 #include "reduce/reduce_cuda.h"
 #include "cuda/cuda_rt.h"
 #include "reduce/vec_split.h"
@@ -12,79 +13,18 @@
 namespace bc {
 namespace {
 
-// The host's conversions (reduce.cc), bit for bit: the same integer and
-// float arithmetic, which CUDA performs with IEEE round-to-nearest-even
-// (no fast-math, no flush-to-zero in this file).
-__device__ __forceinline__ uint32_t f2u(float f) { return __float_as_uint(f); }
-__device__ __forceinline__ float u2f(uint32_t u) { return __uint_as_float(u); }
-__device__ __forceinline__ uint32_t blend(bool c, uint32_t x, uint32_t y) { return c ? x : y; }
-
-__device__ __forceinline__ float h2f(uint16_t h) {
-  const uint32_t o = uint32_t(h & 0x7fffu) << 13;
-  const uint32_t e = o & 0x0f800000u;
-  const uint32_t normal = o + 0x38000000u;
-  const uint32_t infnan = o + 0x70000000u;
-  const uint32_t sub = f2u(__fsub_rn(u2f(o + 0x38800000u), u2f(0x38800000u)));
-  uint32_t mag = blend(e == 0, sub, normal);
-  mag = blend(e == 0x0f800000u, infnan, mag);
-  return u2f(mag | (uint32_t(h & 0x8000u) << 16));
-}
-
-__device__ __forceinline__ uint16_t f2h(float f) {
-  const uint32_t u = f2u(f);
-  const uint32_t sign = (u >> 16) & 0x8000u;
-  const uint32_t a = u & 0x7fffffffu;
-  const uint32_t sub = f2u(__fadd_rn(u2f(a), 0.5f)) - f2u(0.5f);
-  const uint32_t normal = (a - 0x38000000u + 0xfffu + ((a >> 13) & 1u)) >> 13;
-  const uint32_t nan = 0x7e00u | ((a >> 13) & 0x3ffu);
-  uint32_t mag = blend(a < 0x38800000u, sub, normal);
-  mag = blend(a >= 0x47800000u, 0x7c00u, mag);
-  mag = blend(a > 0x7f800000u, nan, mag);
-  return uint16_t(mag | sign);
-}
-
-__device__ __forceinline__ float b2f(uint16_t b) { return u2f(uint32_t(b) << 16); }
-
-__device__ __forceinline__ uint16_t f2b(float f) {
-  const uint32_t u = f2u(f);
-  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-  const uint32_t nan = (u >> 16) | 0x40u;
-  return uint16_t(blend((u & 0x7fffffffu) > 0x7f800000u, nan, rounded));
-}
-
-// The explicit _rn intrinsics keep nvcc from contracting into FMAs (there is
-// nothing to contract here, but the intent is then written down).
-struct Sum {
-  __device__ float operator()(float a, float b) const { return __fadd_rn(a, b); }
-  __device__ double operator()(double a, double b) const { return __dadd_rn(a, b); }
-};
-struct Prod {
-  __device__ float operator()(float a, float b) const { return __fmul_rn(a, b); }
-  __device__ double operator()(double a, double b) const { return __dmul_rn(a, b); }
-};
-// NaN-propagating, as on host: ((a < b) | isnan(a)) ? a : b.
-struct Min {
-  template <class T>
-  __device__ T operator()(T a, T b) const { return ((a < b) | (a != a)) ? a : b; }
-};
-struct Max {
-  template <class T>
-  __device__ T operator()(T a, T b) const { return ((a > b) | (a != a)) ? a : b; }
-};
-
-template <class Op>
-struct Half {
-  __device__ uint16_t operator()(uint16_t a, uint16_t b) const { return f2h(Op()(h2f(a), h2f(b))); }
-};
-template <class Op>
-struct BF16 {
-  __device__ uint16_t operator()(uint16_t a, uint16_t b) const { return f2b(Op()(b2f(a), b2f(b))); }
-};
-template <class Op>
-struct Plain {
-  template <class T>
-  __device__ T operator()(T a, T b) const { return Op()(a, b); }
-};
+// Conversions and combinations: half_bits.h, shared with the host unit tests.
+using hb::b2f;
+using hb::BF16;
+using hb::f2b;
+using hb::f2h;
+using hb::h2f;
+using hb::Half;
+using hb::Max;
+using hb::Min;
+using hb::Plain;
+using hb::Prod;
+using hb::Sum;
 
 template <class T>
 __device__ __forceinline__ T load_bytes(const unsigned char *p) {

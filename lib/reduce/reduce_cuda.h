@@ -2,8 +2,9 @@
 // reduce_finish_avg on host, for float32, float64, float16 and bfloat16 with
 // sum, prod, min, max (avg = sum, then the finishing divide). fp16/bf16 widen
 // to float, combine, and round to nearest even after every combination with
-// the same bit arithmetic as the host, so device and host results are equal
-// bit for bit for the same inputs and order.
+// the same arithmetic as the host (half_bits.h), so device and host results
+// are equal bit for bit for the same inputs and order, NaN payloads aside
+// (GPU float arithmetic returns the canonical NaN).
 //
 // Both calls return when the device has finished (the stream is synchronised):
 // the next step may hand the buffer to a peer that reads it from another
