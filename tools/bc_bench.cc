@@ -24,11 +24,61 @@
 #include "bench_args.h"
 #include "bench_data.h"
 #include "blueconnect.h"
+#if BC_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
 
 extern char **environ;
 
 namespace {
 using namespace bcbench;
+
+// --mem cuda: device copies of the send and receive buffers. The host
+// GuardedBufs stay the reference: they are uploaded before a call and the
+// results downloaded for the check, outside the timed region.
+class DevMirror {
+ public:
+  ~DevMirror() { release(); }
+  bool allocate(size_t bytes) {
+#if BC_HAVE_CUDA
+    if (bytes <= cap_ && p_) return true;
+    release();
+    cap_ = bytes;
+    return cudaMalloc(&p_, bytes ? bytes : 1) == cudaSuccess;
+#else
+    (void)bytes;
+    return false;
+#endif
+  }
+  void *data() { return p_; }
+  bool upload(const void *h, size_t bytes) {
+#if BC_HAVE_CUDA
+    return cudaMemcpy(p_, h, bytes, cudaMemcpyHostToDevice) == cudaSuccess;
+#else
+    (void)h, (void)bytes;
+    return false;
+#endif
+  }
+  bool download(void *h, size_t bytes) {
+#if BC_HAVE_CUDA
+    return cudaMemcpy(h, p_, bytes, cudaMemcpyDeviceToHost) == cudaSuccess;
+#else
+    (void)h, (void)bytes;
+    return false;
+#endif
+  }
+
+ private:
+  void release() {
+#if BC_HAVE_CUDA
+    if (p_) cudaFree(p_);
+#endif
+    p_ = nullptr;
+    cap_ = 0;
+  }
+  void *p_ = nullptr;
+  size_t cap_ = 0;
+};
 
 constexpr int kBC = 0, kMPI = 1;
 constexpr int kMaxStages = 32;
@@ -179,10 +229,15 @@ class Bench {
     sh_ = shape_of(bytes);
     const bool mem = send_.allocate(sh_.send_n * elem_) && recv_.allocate(sh_.recv_n * elem_) &&
                      input_.allocate(sh_.in_n * elem_) && ref_.allocate(o_.check ? sh_.out_n * elem_ : 0);
-    if (!mem) std::fprintf(stderr, "bc_bench: rank %d: out of memory for size %lld\n", rank_, (long long)bytes);
-    if (!everywhere(mem)) return false;
+    bool dmem = true;
+    if (o_.mem_cuda) dmem = dsend_.allocate(sh_.send_n * elem_) && drecv_.allocate(sh_.recv_n * elem_);
+    if (!mem || !dmem)
+      std::fprintf(stderr, "bc_bench: rank %d: out of %s memory for size %lld\n", rank_, mem ? "device" : "host",
+                   (long long)bytes);
+    if (!everywhere(mem && dmem)) return false;
     data_.fill_input(input_.data(), rank_, sh_.in_first, sh_.in_n);
     if (!o_.inplace) std::memcpy(send_.data(), input_.data(), sh_.send_n * elem_);
+    if (o_.mem_cuda && !o_.inplace && !dsend_.upload(send_.data(), sh_.send_n * elem_)) failed_ = true;
     if (o_.check) data_.fill_expected(ref_.data(), sh_.out_first, sh_.out_n, sh_.call);
 
     Stat st[2];
@@ -243,6 +298,7 @@ class Bench {
     unsigned char *recv = static_cast<unsigned char *>(recv_.data());
     if (o_.check) recv_.poison(poison_ ^= 0x97);  // alternates 0xCD and 0x5A
     if (o_.inplace) std::memcpy(recv + sh_.in_at * elem_, input_.data(), sh_.in_n * elem_);
+    if (o_.mem_cuda && (o_.check || o_.inplace) && !drecv_.upload(recv, sh_.recv_n * elem_)) failed_ = true;
     int flags[2] = {failed_ ? 1 : 0, stop};
     // PMPI_: under the preload this sync is not ours to measure or to serve.
     PMPI_Allreduce(MPI_IN_PLACE, flags, 2, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
@@ -268,7 +324,14 @@ class Bench {
       if (!report("bc_comm_stage_times", bc_comm_stage_times(comm_, s, kMaxStages, &ns))) failed_ = true;
       for (int i = 0; i < std::min(ns, nstages_); ++i) stage_sum_[i] += s[i];
     }
-    if (o_.check) st[k].wrong += verify();
+    if (o_.check) {
+      if (o_.mem_cuda) {
+        if (!drecv_.download(recv_.data(), sh_.recv_n * elem_)) failed_ = true;
+        if (!o_.inplace && !dsend_.download(send_.data(), sh_.send_n * elem_)) failed_ = true;
+      }
+      st[k].wrong += verify();
+      if (o_.mem_cuda && !o_.inplace && !dsend_.upload(send_.data(), sh_.send_n * elem_)) failed_ = true;
+    }
     return 0;
   }
 
@@ -277,11 +340,12 @@ class Bench {
       call_mpi_entry(false);  // MPI_*: served by the preload
       return BC_OK;
     }
-    const void *s = o_.inplace ? BC_IN_PLACE : send_.data();
+    void *rb = o_.mem_cuda ? drecv_.data() : recv_.data();
+    const void *s = o_.inplace ? BC_IN_PLACE : o_.mem_cuda ? dsend_.data() : send_.data();
     switch (o_.coll) {
-      case Coll::Allreduce: return bc_allreduce(s, recv_.data(), sh_.call, o_.dtype, o_.op, comm_);
-      case Coll::ReduceScatter: return bc_reduce_scatter(s, recv_.data(), sh_.call, o_.dtype, o_.op, comm_);
-      case Coll::Allgather: return bc_allgather(s, recv_.data(), sh_.call, o_.dtype, comm_);
+      case Coll::Allreduce: return bc_allreduce(s, rb, sh_.call, o_.dtype, o_.op, comm_);
+      case Coll::ReduceScatter: return bc_reduce_scatter(s, rb, sh_.call, o_.dtype, o_.op, comm_);
+      case Coll::Allgather: return bc_allgather(s, rb, sh_.call, o_.dtype, comm_);
     }
     return BC_ERR_INTERNAL;
   }
@@ -408,6 +472,7 @@ class Bench {
   int nstages_ = 0;
   Shape sh_;
   GuardedBuf send_, recv_, input_, ref_;
+  DevMirror dsend_, drecv_;
   std::vector<double> stage_sum_;
   unsigned char poison_ = 0x5A;
   bool failed_ = false;
@@ -539,6 +604,23 @@ int main(int argc, char **argv) {
   if (opt.help) {
     if (rank == 0) std::fputs(usage_text(), stdout);
     return finish(0);
+  }
+  if (opt.mem_cuda) {
+#if BC_HAVE_CUDA
+    // Ranks share the node's GPUs round-robin (one GPU: all on device 0).
+    int ndev = 0;
+    const bool have = cudaGetDeviceCount(&ndev) == cudaSuccess && ndev > 0;
+    if (have) cudaSetDevice(rank % ndev);
+    int all = have ? 1 : 0;
+    MPI_Allreduce(MPI_IN_PLACE, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (!all) {
+      if (rank == 0) std::fprintf(stderr, "bc_bench: --mem cuda: no CUDA device on some rank\n");
+      return finish(2);
+    }
+#else
+    if (rank == 0) std::fprintf(stderr, "bc_bench: --mem cuda: built without CUDA (meson -Dcuda=enabled)\n");
+    return finish(2);
+#endif
   }
 
   if (opt.via_mpi && !find_interposer()) {

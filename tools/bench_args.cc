@@ -144,6 +144,10 @@ bool parse_args(int argc, char **argv, Options *opt, std::string *err) {
     } else if (arg == "--op") {
       if (!value("an operation")) return false;
       if (!parse_op(val, &opt->op)) return bad("expected sum prod min max avg band bor bxor");
+    } else if (arg == "--mem") {
+      if (!value("host or cuda")) return false;
+      if (val != "host" && val != "cuda") return bad("expected host or cuda");
+      opt->mem_cuda = val == "cuda";
     } else if (arg == "--inplace") {
       opt->inplace = true;
     } else if (arg == "--json") {
@@ -193,6 +197,10 @@ bool parse_args(int argc, char **argv, Options *opt, std::string *err) {
     *err = "--stages reads BlueConnect's API communicator; it cannot go with --via mpi";
     return false;
   }
+  if (opt->mem_cuda && (opt->compare_mpi || opt->via_mpi)) {
+    *err = "--mem cuda with --compare/--via mpi: the MPI underneath is not assumed CUDA-aware";
+    return false;
+  }
   if (opt->compare_mpi || opt->via_mpi) {
     if (opt->dtype == BC_FLOAT16 || opt->dtype == BC_BFLOAT16) {
       *err = "--compare/--via mpi: MPI has no " + std::string(bc_dtype_name(opt->dtype)) + " type; use another -t";
@@ -230,6 +238,8 @@ const char *usage_text() {
       "                    int64 uint64\n"
       "      --op OP       sum (default) prod min max avg band bor bxor (ignored by allgather)\n"
       "      --inplace     in-place calls (BC_IN_PLACE / MPI_IN_PLACE)\n"
+      "      --mem M       host (default) or cuda: device buffers (CUDA builds; -c checks\n"
+      "                    through host copies, outside the timing)\n"
       "      --json FILE   also write one JSON object per size to FILE (JSON Lines)\n"
       "      --compare mpi run the MPI library's own collective on the same buffers, interleaved\n"
       "                    with BlueConnect, and add its latency, busbw and the ratio mpi/bc\n"

@@ -29,6 +29,7 @@ struct Options {
   bool stages = false;
   bool plan = false;
   bool full = false;
+  bool mem_cuda = false;  // --mem cuda: device buffers (CUDA builds)
   std::string bc_options;  // for bc_comm_create_with
   bool help = false;
 };

@@ -191,6 +191,8 @@ Status comm_destroy(bc_comm *comm) {
     g_live.erase(comm);
   }
   comm->magic = 0;
+  comm->dev_transports.clear();  // they wrap the host transports: first
+  comm->dev_pool.clear();
   comm->transports.clear();
   if (comm->mpi != MPI_COMM_NULL) MPI_Comm_free(&comm->mpi);
   delete comm;
@@ -236,16 +238,18 @@ PlanChoice comm_choose(const bc_comm *c, int64_t bytes) {
 }
 
 ExecContext exec_context(const bc_comm *c, bc_dtype_t dtype, bc_op_t op, bc_memtype_t mem) {
+  const bool dev = mem == BC_MEM_CUDA;
   ExecContext ctx;
-  ctx.peer_transport = &c->peer_transport;
+  ctx.peer_transport = dev ? &c->dev_peer_transport : &c->peer_transport;
   ctx.mem = mem;
+  ctx.dev_pool = const_cast<DevicePool *>(&c->dev_pool);
   ctx.dtype = dtype;
   ctx.op = op == BC_AVG ? BC_SUM : op;
   ctx.nranks = c->size;
   ctx.timeout_ms = c->params.get_int(ParamId::Timeout);
   ctx.spin_count = std::max<int64_t>(1, c->params.get_int(ParamId::SpinCount));
   // Sleeping on one transport's event fd is only safe when every peer uses it.
-  for (int r = 0; r < c->size; ++r) {
+  for (int r = 0; r < c->size && !dev; ++r) {
     if (r == c->rank) continue;
     Transport *t = c->peer_transport[r];
     if (!t->can_sleep() || (ctx.sleeper && ctx.sleeper != t)) {
@@ -284,7 +288,10 @@ namespace {
 
 // Checks the arguments, places the input in the work buffer and builds the
 // started Operation. *work_out: the work buffer (for reduce_scatter's finish).
-Status start(bc_comm *c, const CollArgs &a, std::unique_ptr<Operation> *op_out, unsigned char **work_out) {
+// *dev_work_out: a device work buffer from the pool, for the caller to release
+// (reduce_scatter on device buffers); set before any failure after it is taken.
+Status start(bc_comm *c, const CollArgs &a, std::unique_ptr<Operation> *op_out, unsigned char **work_out,
+             void **dev_work_out = nullptr) {
   BC_CHECK(comm_check(c));
   if (c->broken)
     return BC_FAIL(BC_ERR_INVALID_COMM, "the communicator is broken by an earlier failure; destroy it");
@@ -294,8 +301,13 @@ Status start(bc_comm *c, const CollArgs &a, std::unique_ptr<Operation> *op_out, 
   if (a.kind != CollKind::Allgather) BC_CHECK(reduce_check(a.dtype, a.op));
   if (a.mem < 0 || a.mem >= BC_MEM_COUNT)
     return BC_FAIL(BC_ERR_INVALID_ARG, "unknown memory type %d", static_cast<int>(a.mem));
-  if (a.mem == BC_MEM_CUDA)
-    return BC_FAIL(BC_ERR_NOT_SUPPORTED, "device buffers need a CUDA build (meson -Dcuda=enabled)");
+  bc_memtype_t mem = BC_MEM_HOST;
+  BC_CHECK(resolve_memtype(a.sendbuf, a.recvbuf, a.mem, &mem));
+  c->cur_mem = mem;
+  if (mem == BC_MEM_CUDA) {
+    if (a.kind != CollKind::Allgather) BC_CHECK(reduce_check_cuda(a.dtype, a.op));
+    BC_CHECK(comm_ensure_device(c));
+  }
   const size_t elem = bc_dtype_size(a.dtype);
   const int64_t p = c->size;
   const int64_t limit = INT64_MAX / static_cast<int64_t>(elem) / p;
@@ -327,14 +339,28 @@ Status start(bc_comm *c, const CollArgs &a, std::unique_ptr<Operation> *op_out, 
 
   unsigned char *work = nullptr;
   auto *recv = static_cast<unsigned char *>(a.recvbuf);
+  const bool dev = mem == BC_MEM_CUDA;
+  // Device buffers: the same placement with device copies, and the reduce-
+  // scatter's work buffer from the communicator's device pool.
+  auto copy = [dev](void *dst, const void *src, size_t n) -> Status {
+    if (dev) return cuda_copy(dst, src, n);
+    std::memcpy(dst, src, n);
+    return BC_OK;
+  };
   switch (a.kind) {
     case CollKind::Allreduce:
       work = recv;
-      if (!in_place) std::memcpy(work, a.sendbuf, send_bytes);
+      if (!in_place) BC_CHECK(copy(work, a.sendbuf, send_bytes));
       break;
     case CollKind::ReduceScatter:
       if (in_place) {
         work = recv;
+      } else if (dev) {
+        void *p = nullptr;
+        BC_CHECK(c->dev_pool.acquire(send_bytes, &p));
+        if (dev_work_out) *dev_work_out = p;
+        work = static_cast<unsigned char *>(p);
+        BC_CHECK(copy(work, a.sendbuf, send_bytes));
       } else {
         c->staging.resize(send_bytes);
         work = c->staging.data();
@@ -343,11 +369,11 @@ Status start(bc_comm *c, const CollArgs &a, std::unique_ptr<Operation> *op_out, 
       break;
     case CollKind::Allgather:
       work = recv;
-      if (!in_place) std::memcpy(work + c->rank * a.count * elem, a.sendbuf, a.count * elem);
+      if (!in_place) BC_CHECK(copy(work + c->rank * a.count * elem, a.sendbuf, a.count * elem));
       break;
   }
 
-  const ExecContext ctx = exec_context(c, a.dtype, a.op, BC_MEM_HOST);
+  const ExecContext ctx = exec_context(c, a.dtype, a.op, mem);
   op_out->reset(new Operation(ctx, work, total, nchunks, choice.depth, big, small, c->seq));
   c->seq += static_cast<uint32_t>(nchunks);
   *work_out = work;
@@ -363,16 +389,25 @@ void mark_broken_on(bc_comm *c, Status st) {
 Status comm_run(bc_comm *c, const CollArgs &a) {
   std::unique_ptr<Operation> op;
   unsigned char *work = nullptr;
-  BC_CHECK(start(c, a, &op, &work));
-  if (!op) return BC_OK;  // nothing to move
-  Status st = op->wait();
-  mark_broken_on(c, st);
-  BC_CHECK(st);
-  c->last_stage_seconds = op->stage_seconds();
-  if (a.kind == CollKind::ReduceScatter) {
-    const size_t elem = bc_dtype_size(a.dtype);
-    std::memmove(a.recvbuf, work + c->rank * a.count * elem, a.count * elem);
+  void *dev_work = nullptr;
+  Status st = start(c, a, &op, &work, &dev_work);
+  if (st == BC_OK && op) {
+    st = op->wait();
+    mark_broken_on(c, st);
+    if (st == BC_OK) c->last_stage_seconds = op->stage_seconds();
+    op.reset();  // gives its device scratch back to the pool
+    if (st == BC_OK && a.kind == CollKind::ReduceScatter) {
+      const size_t elem = bc_dtype_size(a.dtype);
+      unsigned char *from = work + c->rank * a.count * elem;
+      // In place, rank r's block never overlaps block 0 unless r = 0 (equal).
+      if (from != a.recvbuf) {
+        if (c->cur_mem == BC_MEM_CUDA) st = cuda_copy(a.recvbuf, from, a.count * elem);
+        else std::memmove(a.recvbuf, from, a.count * elem);
+      }
+    }
   }
+  if (dev_work) c->dev_pool.release(dev_work);
+  BC_CHECK(st);
   return BC_OK;
 }
 

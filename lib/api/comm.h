@@ -12,6 +12,7 @@
 
 #include "core/params.h"
 #include "plan/cost.h"
+#include "cuda/cuda_rt.h"
 #include "plan/plan.h"
 #include "plan/rules.h"
 #include "sched/executor.h"
@@ -38,6 +39,15 @@ struct bc_comm {
   bool broken = false;  // after a timeout or transport failure: refuse further calls
   std::vector<unsigned char> staging;  // reduce_scatter's full-size work buffer
   std::vector<double> last_stage_seconds;
+
+  // Device buffers, set up by the first device collective (collective itself):
+  // cuda for same-node peers, staging through host buffers for the others.
+  enum class DevState { Unknown, Ready, Unavailable } dev_state = DevState::Unknown;
+  std::string dev_reason;  // why Unavailable
+  std::vector<std::unique_ptr<bc::Transport>> dev_transports;
+  std::vector<bc::Transport *> dev_peer_transport;  // per rank
+  bc::DevicePool dev_pool;  // device scratch and work buffers, freed at destroy
+  bc_memtype_t cur_mem = BC_MEM_HOST;  // of the collective being started
 
   // Plans by (collective, average?, count, shape, algorithms, top rd?), least recently used first.
   using PlanKey = std::tuple<int, bool, int64_t, int, uint64_t, bool>;
@@ -73,6 +83,10 @@ Status comm_create(MPI_Comm comm, const char *options, bc_comm **out);
 Status comm_destroy(bc_comm *comm);
 // BC_ERR_INVALID_COMM unless `comm` is a live communicator.
 Status comm_check(const bc_comm *comm);
+// Device buffers: creates the device transports on the first call (collective:
+// every rank must pass device buffers to the same calls); NotSupported with the
+// reason, cached, where no device is usable (comm_device.cc).
+Status comm_ensure_device(bc_comm *comm);
 // The plan choice for a buffer of `bytes`: the cost model's when there is one,
 // else the defaults; BC_PLAN rules and explicitly set knobs override either.
 PlanChoice comm_choose(const bc_comm *comm, int64_t bytes);

@@ -94,6 +94,19 @@ const ParamDef kParamDefs[] = {
      "Cost model cache: when the model is on and this file holds a model for the same layout, "
      "it is loaded instead of calibrating; otherwise rank 0 writes the calibrated model here. "
      "Text, one 'fit LEVEL ALGO ALPHA BETA' line per level and algorithm (docs/PLANS.md)."},
+    {ParamId::CudaIpc, "BC_CUDA_IPC", ParamType::Bool, "1", nullptr,
+     "Device buffers (CUDA builds): same-node peers use CUDA IPC (1), or go through pinned host "
+     "staging like other-node peers (0; for testing the staging path on one node)."},
+    {ParamId::CudaIpcCache, "BC_CUDA_IPC_CACHE", ParamType::Int, "64", nullptr,
+     "Device buffers (CUDA builds): opened CUDA IPC mappings of peers' buffers kept per communicator; "
+     "the least recently used beyond this many are closed (at least 1). A mapping is also closed "
+     "when its peer frees the buffer and sends a new handle for the same address range."},
+    {ParamId::CudaStagingChunk, "BC_CUDA_STAGING_CHUNK", ParamType::Bytes, "1M", nullptr,
+     "Device buffers crossing nodes (CUDA builds): size of each pinned host bounce buffer; larger "
+     "transfers are cut into pieces of this size, copied and sent in order."},
+    {ParamId::CudaStagingBufs, "BC_CUDA_STAGING_BUFS", ParamType::Int, "8", nullptr,
+     "Device buffers crossing nodes (CUDA builds): pinned bounce buffers per direction (sends, "
+     "receives), at least 2 so that a copy overlaps the previous piece's network transfer."},
 };
 static_assert(sizeof(kParamDefs) / sizeof(kParamDefs[0]) == static_cast<size_t>(ParamId::Count),
               "one row per ParamId");

@@ -35,6 +35,10 @@ enum class ParamId : int {
   Plan,         // BC_PLAN
   Model,        // BC_MODEL
   ModelFile,    // BC_MODEL_FILE
+  CudaIpc,      // BC_CUDA_IPC
+  CudaIpcCache, // BC_CUDA_IPC_CACHE
+  CudaStagingChunk, // BC_CUDA_STAGING_CHUNK
+  CudaStagingBufs,  // BC_CUDA_STAGING_BUFS
   Count
 };
 

@@ -32,6 +32,8 @@
 #include <vector>
 
 #include "api/comm.h"
+#include "cuda/cuda_rt.h"
+#include "reduce/reduce.h"
 #include "blueconnect.h"
 #include "core/log.h"
 #include "core/params.h"
@@ -47,7 +49,8 @@ const char *const kCollNames[kColls] = {"MPI_Allreduce", "MPI_Reduce_scatter_blo
                                         "MPI_Iallreduce"};
 const char *const kReasonNames[kReasons] = {
     "disabled", "init-error",    "invalid-args", "user-op", "op",                "dtype",  "derived-dtype",
-    "op-dtype", "type-mismatch", "intercomm",    "small",   "comm-setup-failed", "bc-comm", "fortran-sentinel"};
+    "op-dtype", "type-mismatch", "intercomm",    "small",   "comm-setup-failed", "bc-comm", "fortran-sentinel",
+    "device-op-dtype"};
 
 // ---- statistics (BC_PMPI_STATS) ----
 std::atomic<uint64_t> g_served[kColls];
@@ -545,6 +548,15 @@ Reason reduction_route(int64_t elems, MPI_Datatype dt, MPI_Op op, MPI_Comm comm,
   return comm_route(comm, cs);
 }
 
+// Device buffers (detected from recvbuf; a host/device mix is refused by the
+// API with a message): served only when the GPU kernels cover (dtype, op).
+Reason device_route(const void *recvbuf, bc_dtype_t dtype, bc_op_t op) {
+  if (memtype_of(recvbuf) != BC_MEM_CUDA) return kServe;
+  if (reduce_check_cuda(dtype, op) == BC_OK) return kServe;
+  clear_error();
+  return Reason::DeviceOpDtype;
+}
+
 }  // namespace
 
 // ---- the collectives ----
@@ -569,6 +581,7 @@ int serve_allreduce(Coll c, const void *sendbuf, void *recvbuf, int count, MPI_D
       why = Reason::InvalidArgs;
     else
       why = reduction_route(count, dt, op, comm, &t, &bop, &cs);
+    if (why == kServe) why = device_route(recvbuf, t->bc, bop);
     if (why != kServe) return pass(c, why);
     bc_status_t st;
     {
@@ -625,6 +638,7 @@ int reduce_scatter_block(const void *sendbuf, void *recvbuf, int recvcount, MPI_
       why = Reason::InvalidArgs;
     else
       why = reduction_route(static_cast<int64_t>(recvcount) * p, dt, op, comm, &t, &bop, &cs);
+    if (why == kServe) why = device_route(recvbuf, t->bc, bop);
     if (why != kServe) return pass(c, why);
     bc_status_t st;
     {
@@ -707,26 +721,30 @@ BC_PMPI_EXPORT int MPI_Finalize(void) {
 BC_PMPI_EXPORT int MPI_Allreduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
                                  MPI_Comm comm) {
   const int rc = bc::pmpi::allreduce(sendbuf, recvbuf, count, datatype, op, comm);
-  return rc != bc::pmpi::kPass ? rc : PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);
+  return rc != bc::pmpi::kPass ? rc : bc::pmpi::fallback_allreduce(sendbuf, recvbuf, count, datatype, op, comm);
 }
 
 BC_PMPI_EXPORT int MPI_Iallreduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype,
                                   MPI_Op op, MPI_Comm comm, MPI_Request *request) {
   const int rc = bc::pmpi::iallreduce(sendbuf, recvbuf, count, datatype, op, comm, request);
-  return rc != bc::pmpi::kPass ? rc : PMPI_Iallreduce(sendbuf, recvbuf, count, datatype, op, comm, request);
+  return rc != bc::pmpi::kPass ? rc
+                               : bc::pmpi::fallback_iallreduce(sendbuf, recvbuf, count, datatype, op, comm, request);
 }
 
 BC_PMPI_EXPORT int MPI_Reduce_scatter_block(const void *sendbuf, void *recvbuf, int recvcount,
                                             MPI_Datatype datatype, MPI_Op op, MPI_Comm comm) {
   const int rc = bc::pmpi::reduce_scatter_block(sendbuf, recvbuf, recvcount, datatype, op, comm);
-  return rc != bc::pmpi::kPass ? rc : PMPI_Reduce_scatter_block(sendbuf, recvbuf, recvcount, datatype, op, comm);
+  return rc != bc::pmpi::kPass
+             ? rc
+             : bc::pmpi::fallback_reduce_scatter_block(sendbuf, recvbuf, recvcount, datatype, op, comm);
 }
 
 BC_PMPI_EXPORT int MPI_Allgather(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
                                  int recvcount, MPI_Datatype recvtype, MPI_Comm comm) {
   const int rc = bc::pmpi::allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
-  return rc != bc::pmpi::kPass ? rc
-                               : PMPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
+  return rc != bc::pmpi::kPass
+             ? rc
+             : bc::pmpi::fallback_allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
 }
 
 }  // extern "C"

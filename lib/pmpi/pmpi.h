@@ -32,8 +32,20 @@ enum class Reason : int {
   CommSetup,      // bc_comm_create failed on this communicator (BC_DEBUG=PMPI says why)
   BcComm,         // a communicator BlueConnect itself created
   FortranSentinel,  // Fortran MPI_BOTTOM as a buffer, or an MPI whose Fortran sentinels are unknown
+  DeviceOpDtype,  // device buffers with a (dtype, op) the GPU kernels do not have (integers, bitwise)
   Count
 };
+
+// The MPI library's own collectives on buffers that may live on the GPU: the
+// pointers go to PMPI_* as they are when the MPI is CUDA-aware
+// (MPIX_Query_cuda_support), else through host copies (in, PMPI_*, out).
+int fallback_allreduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype dt, MPI_Op op, MPI_Comm comm);
+int fallback_iallreduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype dt, MPI_Op op, MPI_Comm comm,
+                        MPI_Request *request);
+int fallback_reduce_scatter_block(const void *sendbuf, void *recvbuf, int recvcount, MPI_Datatype dt, MPI_Op op,
+                                  MPI_Comm comm);
+int fallback_allgather(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, int recvcount,
+                       MPI_Datatype recvtype, MPI_Comm comm);
 
 enum class Coll : int { Allreduce = 0, ReduceScatterBlock, Allgather, Iallreduce, Count };
 

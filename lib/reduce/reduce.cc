@@ -5,6 +5,9 @@
 #include <cstring>
 #include <type_traits>
 
+#include "bc_config.h"
+#include "reduce/reduce_cuda.h"
+
 namespace bc {
 namespace {
 
@@ -242,9 +245,10 @@ Status check_buffer(const void *p, const char *what, int64_t count, bc_memtype_t
   if (count < 0) return BC_FAIL(BC_ERR_INVALID_ARG, "negative count %lld", (long long)count);
   const int m = static_cast<int>(mem);
   if (m < 0 || m >= BC_MEM_COUNT) return BC_FAIL(BC_ERR_INVALID_ARG, "unknown memory type %d", m);
-  // Without a CUDA build nothing can be device memory, so AUTO means host.
+  // AUTO means host here: the API resolves device buffers before they get
+  // this far, and device calls go to reduce_cuda.cu before this check.
   if (mem != BC_MEM_HOST && mem != BC_MEM_AUTO)
-    return BC_FAIL(BC_ERR_NOT_SUPPORTED, "device-buffer reductions need a CUDA build");
+    return BC_FAIL(BC_ERR_NOT_SUPPORTED, "device-buffer reductions need a CUDA build (meson -Dcuda=enabled)");
   if (count == 0) return BC_OK;
   if (p == nullptr)
     return BC_FAIL(BC_ERR_INVALID_ARG, "%s is null with count %lld", what, (long long)count);
@@ -275,8 +279,20 @@ Status reduce_check(bc_dtype_t dtype, bc_op_t op) {
                  kind, kDtypeNames[dtype]);
 }
 
+Status reduce_check_cuda(bc_dtype_t dtype, bc_op_t op) {
+  BC_CHECK(reduce_check(dtype, op));
+  if (!dtype_is_floating(dtype) || op == BC_BAND || op == BC_BOR || op == BC_BXOR)
+    return BC_FAIL(BC_ERR_NOT_SUPPORTED,
+                   "%s %s is not implemented on device buffers (float32, float64, float16, bfloat16 with "
+                   "sum, prod, min, max, avg are)", kDtypeNames[dtype], kOpNames[op]);
+  return BC_OK;
+}
+
 Status reduce_into(void *dst, const void *src, int64_t count, bc_dtype_t dtype, bc_op_t op,
                    bc_memtype_t mem) {
+#if BC_HAVE_CUDA
+  if (mem == BC_MEM_CUDA) return reduce_into_cuda(dst, src, count, dtype, op);
+#endif
   BC_CHECK(reduce_check(dtype, op));
   BC_CHECK(check_buffer(dst, "dst", count, mem));
   BC_CHECK(check_buffer(src, "src", count, mem));
@@ -295,6 +311,9 @@ Status reduce_into(void *dst, const void *src, int64_t count, bc_dtype_t dtype, 
 
 Status reduce_finish_avg(void *buf, int64_t count, bc_dtype_t dtype, int divisor,
                          bc_memtype_t mem) {
+#if BC_HAVE_CUDA
+  if (mem == BC_MEM_CUDA) return reduce_finish_avg_cuda(buf, count, dtype, divisor);
+#endif
   BC_CHECK(reduce_check(dtype, BC_AVG));
   if (divisor <= 0) return BC_FAIL(BC_ERR_INVALID_ARG, "avg divisor %d is not positive", divisor);
   BC_CHECK(check_buffer(buf, "buf", count, mem));

@@ -24,8 +24,14 @@ bool op_is_valid(bc_op_t op);
 // integers or bitwise ops on floats).
 Status reduce_check(bc_dtype_t dtype, bc_op_t op);
 
+// BC_OK when the device kernels (reduce_cuda.cu) cover (dtype, op): floating
+// types with sum, prod, min, max, avg. NotSupported naming both otherwise.
+// Defined in every build, so the API checks the same way with or without CUDA.
+Status reduce_check_cuda(bc_dtype_t dtype, bc_op_t op);
+
 // dst[i] = dst[i] OP src[i], i < count. dst and src must not overlap unless
-// equal. `mem` says where both live; only BC_MEM_HOST is implemented now.
+// equal. `mem` says where both live: BC_MEM_CUDA runs the device kernels
+// (CUDA builds; NotSupported otherwise).
 Status reduce_into(void *dst, const void *src, int64_t count, bc_dtype_t dtype, bc_op_t op,
                    bc_memtype_t mem);
 

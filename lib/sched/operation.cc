@@ -6,6 +6,7 @@
 
 #include "core/blocks.h"
 #include "core/log.h"
+#include "cuda/cuda_rt.h"
 
 namespace bc {
 
@@ -24,7 +25,30 @@ Operation::Operation(const ExecContext &ctx, unsigned char *work, int64_t count,
       slots_(static_cast<size_t>(std::max<int64_t>(1, std::min<int64_t>(depth, nchunks)))),
       stage_seconds_(big_->stage_algos.size(), 0.0) {}
 
-Operation::~Operation() { cancel(); }
+Operation::~Operation() {
+  cancel();
+  for (Slot &s : slots_)
+    if (s.dev_scratch) ctx_.dev_pool->release(s.dev_scratch);
+}
+
+Status Operation::slot_scratch(Slot *slot, size_t need, unsigned char **out) {
+  if (ctx_.mem == BC_MEM_CUDA) {
+    if (!slot->dev_scratch || slot->scratch_bytes < need) {
+      if (slot->dev_scratch) ctx_.dev_pool->release(slot->dev_scratch);
+      slot->dev_scratch = nullptr;
+      BC_CHECK(ctx_.dev_pool->acquire(std::max<size_t>(need, 1), &slot->dev_scratch));
+      slot->scratch_bytes = need;
+    }
+    *out = static_cast<unsigned char *>(slot->dev_scratch);
+    return BC_OK;
+  }
+  if (slot->scratch_bytes < need) {
+    slot->scratch.reset(new unsigned char[need]);
+    slot->scratch_bytes = need;
+  }
+  *out = slot->scratch.get();
+  return BC_OK;
+}
 
 void Operation::cancel() {
   for (Slot &s : slots_)
@@ -40,12 +64,10 @@ Status Operation::start_chunk(Slot *slot) {
   const Program *prog = n == big_->count ? big_.get() : small_.get();
   if (prog->count != n) return BC_FAIL(BC_ERR_INTERNAL, "no plan for a chunk of %lld elements", static_cast<long long>(n));
   const size_t need = static_cast<size_t>(prog->scratch_elems) * elem_;
-  if (slot->scratch_bytes < need) {
-    slot->scratch.reset(new unsigned char[need]);
-    slot->scratch_bytes = need;
-  }
-  slot->exec.reset(new Execution(*prog, ctx_, work_ + block_offset(count_, nchunks_, j) * elem_,
-                                 slot->scratch.get(), seq_base_ + static_cast<uint32_t>(j)));
+  unsigned char *scratch = nullptr;
+  BC_CHECK(slot_scratch(slot, need, &scratch));
+  slot->exec.reset(new Execution(*prog, ctx_, work_ + block_offset(count_, nchunks_, j) * elem_, scratch,
+                                 seq_base_ + static_cast<uint32_t>(j)));
   return BC_OK;
 }
 

@@ -47,7 +47,10 @@ class Operation {
     // it cost about 4% of a 1 MB all-reduce.
     std::unique_ptr<unsigned char[]> scratch;
     size_t scratch_bytes = 0;
+    // Device buffers: scratch from the communicator's pool, returned at the end.
+    void *dev_scratch = nullptr;
   };
+  Status slot_scratch(Slot *slot, size_t need, unsigned char **out);
   Status start_chunk(Slot *slot);
 
   ExecContext ctx_;

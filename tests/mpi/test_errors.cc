@@ -90,3 +90,24 @@ TEST_CASE("a rank that never calls surfaces as a timeout, not a hang", "[errors]
   REQUIRE(anyone_timed_out);
   bc_comm_destroy(&comm);
 }
+
+// Device buffers declared where no GPU is usable (or in a build without CUDA):
+// a clear NotSupported, never a crash, and the communicator stays usable.
+// With a GPU the count-0 call succeeds and the rest is left to tests/cuda
+// (host pointers declared as device memory would be the caller's bug there).
+TEST_CASE("BC_MEM_CUDA without a usable GPU is refused clearly", "[errors]") {
+  bc_comm_t comm = nullptr;
+  REQUIRE(bc_comm_create(MPI_COMM_WORLD, &comm) == BC_OK);
+  float a[4] = {1, 2, 3, 4}, b[4] = {0, 0, 0, 0};
+  const bc_status_t st = bc_allreduce_mem(a, b, 0, BC_FLOAT32, BC_SUM, BC_MEM_CUDA, comm);
+  REQUIRE(everywhere(st == BC_OK || st == BC_ERR_NOT_SUPPORTED));
+  if (everywhere(st == BC_ERR_NOT_SUPPORTED)) {
+    REQUIRE(std::string(bc_last_error()).find("CUDA") != std::string::npos);
+    REQUIRE(bc_allreduce_mem(a, b, 4, BC_FLOAT32, BC_SUM, BC_MEM_CUDA, comm) == BC_ERR_NOT_SUPPORTED);
+    REQUIRE(std::string(bc_last_error()).find("CUDA") != std::string::npos);
+    REQUIRE(b[0] == 0);
+    REQUIRE(everywhere(bc_allreduce(a, b, 4, BC_FLOAT32, BC_SUM, comm) == BC_OK));
+    REQUIRE(b[3] == 4.0f * world_size());
+  }
+  REQUIRE(bc_comm_destroy(&comm) == BC_OK);
+}

@@ -272,7 +272,8 @@ TEST_CASE("reduce_into: argument errors", "[reduce]") {
 
   bc::clear_error();
   CHECK(bc::reduce_into(d, s, 4, BC_FLOAT32, BC_SUM, BC_MEM_CUDA) == BC_ERR_NOT_SUPPORTED);
-  CHECK_THAT(last_error(), Catch::Matchers::Contains("device-buffer reductions need a CUDA build"));
+  // Without CUDA: "built without CUDA"; with CUDA but no device: "no CUDA device: ...".
+  CHECK_THAT(last_error(), Catch::Matchers::Contains("CUDA"));
   CHECK(d[0] == 1);
 
   CHECK(bc::reduce_into(d, s, 4, BC_FLOAT32, BC_SUM, BC_MEM_AUTO) == BC_OK);

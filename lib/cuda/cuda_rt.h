@@ -1,0 +1,68 @@
+// The library's one door to the CUDA runtime, with no CUDA header in sight.
+//
+// Everything above lib/cuda/ (the API, the scheduler, the PMPI layer) includes
+// only this header, so it compiles the same with and without CUDA. Without a
+// CUDA build (or on a host with no driver or device) every call that needs a
+// GPU returns BC_ERR_NOT_SUPPORTED with the reason, and memtype_of() says
+// BC_MEM_HOST for every pointer at the cost of one cached flag.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "blueconnect.h"
+#include "core/status.h"
+
+namespace bc {
+
+// Whether this build has CUDA at all (BC_HAVE_CUDA).
+bool cuda_built();
+// BC_OK when a device is usable from this process; otherwise NotSupported
+// with "no CUDA device: cudaGetDeviceCount: <CUDA's text>". Probed once.
+Status cuda_usable();
+// The reason cuda_usable() failed ("" when usable): for test skip lines.
+const char *cuda_unusable_reason();
+
+// BC_MEM_CUDA for device and managed memory, BC_MEM_HOST for anything else
+// (host, pinned host, unknown pointers). Never fails; clears CUDA's sticky
+// last error after a failed query.
+bc_memtype_t memtype_of(const void *p);
+
+// The memory type of a collective's buffers. `declared` BC_MEM_AUTO detects
+// from both pointers (`send` may be BC_IN_PLACE or null): a mix of host and
+// device buffers is BC_ERR_INVALID_ARG. BC_MEM_CUDA needs a usable device.
+Status resolve_memtype(const void *send, const void *recv, bc_memtype_t declared, bc_memtype_t *out);
+
+// Synchronous copies in any direction (cudaMemcpyDefault): start and finish
+// of a device collective, and the tests.
+Status cuda_copy(void *dst, const void *src, size_t bytes);
+Status cuda_memset(void *dst, int value, size_t bytes);
+Status cuda_malloc(void **p, size_t bytes);
+void cuda_free(void *p);  // null is fine; errors are logged, not returned
+Status cuda_host_alloc(void **p, size_t bytes);  // pinned
+void cuda_host_free(void *p);
+
+// Device memory reused across collectives of one communicator: scratch and
+// the reduce-scatter work buffer, kept by size and freed at destroy.
+class DevicePool {
+ public:
+  DevicePool() = default;
+  ~DevicePool();
+  DevicePool(const DevicePool &) = delete;
+  DevicePool &operator=(const DevicePool &) = delete;
+  // A buffer of at least `bytes` (rounded up to a power of two, so a few size
+  // classes serve every chunk), reused when one is free.
+  Status acquire(size_t bytes, void **out);
+  void release(void *p);
+  void clear();  // frees every buffer (none may be in use)
+
+ private:
+  struct Buf {
+    void *p;
+    size_t bytes;
+    bool used;
+  };
+  std::vector<Buf> bufs_;
+};
+
+}  // namespace bc
