@@ -194,7 +194,7 @@ bc_status_t bc_comm_plan_for(bc_comm_t comm, int64_t bytes, char *plan, size_t l
     if (predicted_seconds) {
       *predicted_seconds = -1;
       if (!comm->model.empty()) {
-        const bc::Hierarchy &h = choice.shape == bc::Hierarchy::Shape::Leader ? comm->hier_leader : comm->hier;
+        const bc::Hierarchy &h = bc::hierarchy_for(comm, choice.shape);
         const bc::Prediction p = bc::predict(h, comm->model, choice, bytes);
         if (p.ok) *predicted_seconds = p.seconds;
       }

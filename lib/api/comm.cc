@@ -76,6 +76,7 @@ Status comm_setup(bc_comm *c) {
   BC_CHECK(topo_detect(c->mpi, c->params, &c->topo));
   c->hier = Hierarchy::build(c->topo);
   c->hier_leader = Hierarchy::build(c->topo, Hierarchy::Shape::Leader);
+  c->hier_flat = Hierarchy::build(c->topo, Hierarchy::Shape::Flat);
   BC_CHECK(algo_parse(c->params.get_str(ParamId::Algo), &c->algo));
   BC_CHECK(plan_rules_parse(c->params.get_str(ParamId::Plan), &c->plan_rules));
   BC_CHECK(agree(c->mpi, select_transports(c), "transport selection"));
@@ -201,9 +202,7 @@ Status comm_destroy(bc_comm *comm) {
 
 namespace {
 
-const Hierarchy &hierarchy_for(const bc_comm *c, Hierarchy::Shape shape) {
-  return shape == Hierarchy::Shape::Leader ? c->hier_leader : c->hier;
-}
+
 
 // Chunks a buffer of `total` elements is cut into under `choice` (at least 1).
 int64_t chunk_count(const PlanChoice &choice, int64_t total, size_t elem) {
@@ -214,6 +213,14 @@ int64_t chunk_count(const PlanChoice &choice, int64_t total, size_t elem) {
 
 }  // namespace
 
+const Hierarchy &hierarchy_for(const bc_comm *c, Hierarchy::Shape shape) {
+  switch (shape) {
+    case Hierarchy::Shape::Leader: return c->hier_leader;
+    case Hierarchy::Shape::Flat: return c->hier_flat;
+    default: return c->hier;
+  }
+}
+
 PlanChoice comm_choose(const bc_comm *c, int64_t bytes) {
   PlanChoice base;
   base.algo = c->algo;
@@ -223,7 +230,7 @@ PlanChoice comm_choose(const bc_comm *c, int64_t bytes) {
   auto it = c->model_choices.find(bytes);
   if (it == c->model_choices.end()) {
     if (c->model_choices.size() >= 256) c->model_choices.clear();
-    PlanChoice m = model_choose(c->hier, c->hier_leader, c->model, bytes);
+    PlanChoice m = model_choose(c->hier, c->hier_leader, c->hier_flat, c->model, bytes);
     // What the user set explicitly wins over the model.
     if (c->params.is_set(ParamId::Algo)) {
       m.algo = c->algo;

@@ -28,6 +28,7 @@ struct bc_comm {
   bc::Topology topo;
   bc::Hierarchy hier;         // BlueConnect's split
   bc::Hierarchy hier_leader;  // one owner per unit below the top, for small messages
+  bc::Hierarchy hier_flat;    // every rank one level, for the cost model's latency plans
   bc::Algo algo = bc::Algo::Auto;
   std::vector<bc::PlanRule> plan_rules;
   bc::CostModel model;  // empty: BC_MODEL off, or one node (lib/api/calibrate.cc)
@@ -90,6 +91,8 @@ Status comm_ensure_device(bc_comm *comm);
 // The plan choice for a buffer of `bytes`: the cost model's when there is one,
 // else the defaults; BC_PLAN rules and explicitly set knobs override either.
 PlanChoice comm_choose(const bc_comm *comm, int64_t bytes);
+// The hierarchy a plan shape runs on.
+const Hierarchy &hierarchy_for(const bc_comm *comm, Hierarchy::Shape shape);
 // Calibrates or loads the communicator's cost model (BC_MODEL, BC_MODEL_FILE).
 // Collective over comm->mpi, after the transports are up.
 Status model_setup(bc_comm *comm);

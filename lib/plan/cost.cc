@@ -25,6 +25,14 @@ int max_members(const StageGroups &sg) {
 // What an algorithm is called in the model file.
 const char *fit_name(Algo a) { return algo_name(a); }  // "rd" included
 
+// A fold is one message per step: the level's smallest fitted alpha prices it.
+const CostFit *cheapest_step(const CostModel &m, int level) {
+  const CostFit *best = nullptr;
+  for (const auto &kv : m.fits)
+    if (kv.first.first == level && (!best || kv.second.alpha < best->alpha)) best = &kv.second;
+  return best;
+}
+
 bool fit_parse(const std::string &s, Algo *a) {
   for (Algo x : {Algo::Ring, Algo::Rhd, Algo::Direct, Algo::Rd})
     if (s == fit_name(x)) { *a = x; return true; }
@@ -85,12 +93,10 @@ Prediction predict(const Hierarchy &h, const CostModel &m, const PlanChoice &cho
     Algo a = choice.algo;
     if (s < choice.stage_algos.size() && choice.stage_algos[s] != Algo::Auto) a = choice.stage_algos[s];
     if (top && choice.top_rd && pow2(q) && q > 1) a = Algo::Rd;
-    // q = 1 (leader shape below the top): only the fold moves data; any
-    // algorithm's fit of that level prices it.
-    if (q == 1) a = Algo::Ring;
+    if (q == 1) a = Algo::Ring;  // the leader shape below the top: only the fold
     if (a == Algo::Auto) return p;  // the caller picks per stage
     const StageShape shape = stage_shape(a, q, mm);
-    const CostFit *fit = m.find(sg.level, a);
+    const CostFit *fit = q == 1 ? cheapest_step(m, sg.level) : m.find(sg.level, a);
     if (!shape.ok || !fit) return p;
     const double byte_time = shape.bytes_per_b * b * fit->beta;
     p.fill += shape.steps * fit->alpha + byte_time;
@@ -117,6 +123,14 @@ PlanChoice best_algos(const Hierarchy &h, const CostModel &m, PlanChoice c, int6
     const int q = sg.owners, mm = max_members(sg);
     double best = -1;
     for (Algo a : {Algo::Ring, Algo::Rhd}) {
+      // Across nodes the ring, as auto does: rhd's partner switching costs
+      // what a short calibration does not see (TCP restarts an idle
+      // connection's window at every switch). On the simulated cluster, 8 MiB
+      // with rhd across nodes took 552 ms and with the ring 446 ms, while the
+      // fits predicted the opposite; allowing rhd only for small stage inputs
+      // made the model cut large buffers into small chunks to keep it. Small
+      // buffers get the top stage as recursive doubling instead.
+      if (a == Algo::Rhd && sg.level > 1) continue;
       const StageShape shape = stage_shape(a, q, mm);
       const CostFit *fit = m.find(sg.level, a);
       if (!shape.ok || !fit) continue;
@@ -134,8 +148,8 @@ PlanChoice best_algos(const Hierarchy &h, const CostModel &m, PlanChoice c, int6
 
 }  // namespace
 
-PlanChoice model_choose(const Hierarchy &split, const Hierarchy &leader, const CostModel &m, int64_t bytes,
-                        Prediction *pred) {
+PlanChoice model_choose(const Hierarchy &split, const Hierarchy &leader, const Hierarchy &flat, const CostModel &m,
+                        int64_t bytes, Prediction *pred) {
   // Candidates in order of preference when the model calls them even: one
   // chunk before many, bigger chunks before smaller (fewer steps to pay for),
   // and then the deeper pipeline, which costs only scratch memory but absorbs
@@ -144,18 +158,19 @@ PlanChoice model_choose(const Hierarchy &split, const Hierarchy &leader, const C
   static const int kDepths[] = {4, 2, 1};
   PlanChoice best;
   Prediction best_p;
-  for (int shape = 0; shape < 2; ++shape) {
-    const Hierarchy &h = shape == 0 ? split : leader;
-    if (shape == 1 && leader.stages.size() < 2) continue;  // the same plan as the split
+  for (int shape = 0; shape < 3; ++shape) {
+    const Hierarchy &h = shape == 0 ? split : shape == 1 ? leader : flat;
+    if (shape > 0 && split.stages.size() < 2) continue;  // one level: the same plan as the split
+    if (h.stages.empty()) continue;
     for (bool top_rd : {false, true}) {
       if (top_rd && (h.stages.empty() || !pow2(h.stages.back().owners))) continue;
       for (int64_t chunk : kChunks) {
         if (chunk != 0 && chunk * 2 > bytes) continue;  // fewer than two chunks: no pipeline
-        if ((chunk == 0 ? bytes : chunk) > m.max_chunk) continue;  // beyond what was measured
+        if (chunk == 0 ? bytes > m.max_whole : chunk > m.max_chunk) continue;  // beyond what was measured
         for (int depth : kDepths) {
           if (chunk == 0 && depth != 1) continue;
           PlanChoice c;
-          c.shape = shape == 0 ? Hierarchy::Shape::Split : Hierarchy::Shape::Leader;
+          c.shape = static_cast<Hierarchy::Shape>(shape);
           c.top_rd = top_rd;
           c.chunk_bytes = chunk;
           c.depth = depth;
@@ -187,7 +202,8 @@ std::string model_serialize(const CostModel &m, const std::string &signature) {
   os << "# BlueConnect cost model (docs/PLANS.md). time = steps * alpha + bytes * beta\n"
      << "bcmodel 1\n"
      << "layout " << signature << "\n"
-     << "maxchunk " << m.max_chunk << "\n";
+     << "maxchunk " << m.max_chunk << "\n"
+     << "maxwhole " << m.max_whole << "\n";
   char line[160];
   for (const auto &kv : m.fits) {
     std::snprintf(line, sizeof line, "fit %d %s %.9e %.9e\n", kv.first.first, fit_name(kv.first.second),
@@ -220,6 +236,9 @@ Status model_parse(const std::string &text, const std::string &signature, CostMo
       header = true;
     } else if (key == "layout") {
       if (!(ls >> layout)) return BC_FAIL(BC_ERR_PARAM, "model file line %d: 'layout' needs a value", lineno);
+    } else if (key == "maxwhole") {
+      if (!(ls >> m.max_whole) || m.max_whole < 0)
+        return BC_FAIL(BC_ERR_PARAM, "model file line %d: 'maxwhole' needs a byte count", lineno);
     } else if (key == "maxchunk") {
       if (!(ls >> m.max_chunk) || m.max_chunk < 1)
         return BC_FAIL(BC_ERR_PARAM, "model file line %d: 'maxchunk' needs a positive byte count", lineno);
@@ -247,7 +266,8 @@ Status model_parse(const std::string &text, const std::string &signature, CostMo
 
 std::string model_describe(const CostModel &m) {
   std::ostringstream os;
-  os << "cost model (" << m.source << ", chunks up to " << m.max_chunk << " B):";
+  os << "cost model (" << m.source << ", one piece up to " << m.max_whole << " B, chunks up to " << m.max_chunk
+     << " B):";
   char buf[120];
   for (const auto &kv : m.fits) {
     std::snprintf(buf, sizeof buf, " L%d/%s a=%.1fus b=%.3fns/B (%.0f MB/s)", kv.first.first,

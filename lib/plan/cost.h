@@ -12,7 +12,9 @@
 //   rhd       RS+AG: 2 log2 q steps, 2(q-1)/q * B bytes (power-of-two q;
 //             other q fold pairs first: 4 more steps, about B more bytes)
 //   rd (top)  the stage's whole all-reduce: log2 q steps, log2 q * B bytes
-//   fold      extras in and out: 2 steps, 2 ceil((m-q)/q) * B bytes
+//   fold      extras in and out: 2 steps, 2 ceil((m-q)/q) * B bytes; with one
+//             owner (the leader shape below the top) only the fold moves data,
+//             priced with the level's cheapest step (the smallest alpha fitted)
 // and a stage's B is the chunk divided by the owners of the stages below it.
 //
 // A pipelined all-reduce of n chunks, `depth` in flight, costs
@@ -49,6 +51,11 @@ struct CostModel {
   // than the 256 KiB fit predicted (docs/BENCHMARKS.md), so buffers above this
   // are always pipelined in chunks no larger, and the model picks among those.
   int64_t max_chunk = 1 << 20;
+  // The largest buffer run in one piece. Above it the buffer is always cut
+  // into at least two chunks: unpipelined 512 KiB all-reduces stalled for
+  // 40-55 ms in 3 of 8 runs on the simulated cluster (scripts/bench, layout a
+  // and b), pipelined ones never did.
+  int64_t max_whole = 256 << 10;
   std::string source;                            // "calibrated", "file PATH", ...
   bool empty() const { return fits.empty(); }
   const CostFit *find(int level, Algo a) const;
@@ -79,13 +86,15 @@ struct Prediction {
 // when the model has no fit for a stage or the choice cannot run.
 Prediction predict(const Hierarchy &h, const CostModel &m, const PlanChoice &choice, int64_t bytes);
 
-// The fastest plan the model finds for `bytes`: shape (split or leader), the top
+// The fastest plan the model finds for `bytes`: shape (split, leader, flat), the top
 // stage as rd or split, an algorithm per stage, chunk size and depth (at most
 // 4). Within 3% of the best it keeps the earlier candidate (split before
 // leader, fewer and bigger chunks, then the deeper pipeline), so calibration
 // noise does not flip the choice back and forth.
-PlanChoice model_choose(const Hierarchy &split, const Hierarchy &leader, const CostModel &m, int64_t bytes,
-                        Prediction *pred = nullptr);
+// `flat` (Shape::Flat, may have no stages) competes where the model has fits
+// for level 0.
+PlanChoice model_choose(const Hierarchy &split, const Hierarchy &leader, const Hierarchy &flat, const CostModel &m,
+                        int64_t bytes, Prediction *pred = nullptr);
 
 // The model file (BC_MODEL_FILE): see docs/PLANS.md for the format.
 std::string model_signature(const Hierarchy &split);

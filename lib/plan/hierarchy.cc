@@ -19,6 +19,19 @@ Hierarchy Hierarchy::build(const Topology &topo, Shape shape) {
   Hierarchy h;
   h.nranks = topo.nranks;
   h.shape = static_cast<uint8_t>(shape);
+  if (shape == Shape::Flat) {
+    if (topo.nranks <= 1) return h;
+    StageGroups sg;
+    sg.level = 0;
+    sg.owners = topo.nranks;
+    sg.groups.assign(1, std::vector<int>());
+    for (int r = 0; r < topo.nranks; ++r) sg.groups[0].push_back(r);
+    sg.group_of.assign(topo.nranks, 0);
+    sg.index_of = sg.groups[0];
+    h.slot.push_back(sg.index_of);
+    h.stages.push_back(std::move(sg));
+    return h;
+  }
   using Path = std::vector<int>;
   // held[u]: slot path -> rank, for each unit of the current level.
   std::vector<std::map<Path, int>> held(topo.nranks);
@@ -84,9 +97,17 @@ Range Hierarchy::final_range(int rank, int64_t count) const {
   return range_before(static_cast<int>(stages.size()), rank, count);
 }
 
+const char *shape_name(Hierarchy::Shape shape) {
+  switch (shape) {
+    case Hierarchy::Shape::Leader: return "leader";
+    case Hierarchy::Shape::Flat: return "flat";
+    default: return "split";
+  }
+}
+
 std::string Hierarchy::describe(int64_t count, size_t elem_size) const {
   std::ostringstream os;
-  os << "plan (" << (shape ? "leader" : "split") << "): " << stages.size()
+  os << "plan (" << shape_name(static_cast<Shape>(shape)) << "): " << stages.size()
      << " reduce-scatter stage(s), then the same in reverse as all-gather; "
      << count << " elements (" << count * static_cast<int64_t>(elem_size) << " bytes)\n";
   for (size_t s = 0; s < stages.size(); ++s) {

@@ -51,7 +51,11 @@ struct Hierarchy {
   // per group below the top level: every unit reduces into its first rank, only
   // those leaders exchange, and the result is sent back down. Fewer steps on
   // the slow levels, more bytes: for small messages.
-  enum class Shape : uint8_t { Split = 0, Leader };
+  // Shape::Flat ignores the levels: one stage, every rank an owner, in rank
+  // order, at level 0 (a level of its own for the cost model). Flat recursive
+  // doubling takes log2(p) steps where the hierarchy takes one per level and
+  // more: the latency plan when every step costs about the same.
+  enum class Shape : uint8_t { Split = 0, Leader, Flat };
   static Hierarchy build(const Topology &topo, Shape shape = Shape::Split);
   // The range rank r owns after all reduce-scatter stages (count 0 when it owns
   // none: an extra somewhere).
@@ -124,5 +128,6 @@ Status build_program(const Hierarchy &h, int rank, CollKind kind, int64_t count,
                      const std::vector<Algo> *stage_algos = nullptr);
 
 std::string describe_program(const Program &p, size_t elem_size);
+const char *shape_name(Hierarchy::Shape shape);
 
 }  // namespace bc

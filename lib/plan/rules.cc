@@ -47,7 +47,8 @@ Status plan_rules_parse(const std::string &text, std::vector<PlanRule> *out) {
       if (key == "shape") {
         if (value == "split") rule.choice.shape = Hierarchy::Shape::Split;
         else if (value == "leader") rule.choice.shape = Hierarchy::Shape::Leader;
-        else return bad(text, "shape '" + value + "' is not split or leader");
+        else if (value == "flat") rule.choice.shape = Hierarchy::Shape::Flat;
+        else return bad(text, "shape '" + value + "' is not split, leader or flat");
         rule.has_shape = true;
       } else if (key == "algo") {
         std::stringstream per_stage(value);
@@ -106,7 +107,7 @@ PlanChoice plan_choose(const std::vector<PlanRule> &rules, int64_t bytes, const 
 
 std::string plan_choice_describe(const PlanChoice &c) {
   std::ostringstream os;
-  os << "shape=" << (c.shape == Hierarchy::Shape::Leader ? "leader" : "split") << ",algo=";
+  os << "shape=" << shape_name(c.shape) << ",algo=";
   if (c.stage_algos.empty()) os << algo_name(c.algo);
   for (size_t s = 0; s < c.stage_algos.size(); ++s)
     os << (s ? "/" : "") << algo_name(c.stage_algos[s] == Algo::Auto ? c.algo : c.stage_algos[s]);

@@ -4,7 +4,8 @@
 //   RANGE:SETTING[,SETTING...]
 // RANGE is MIN-MAX in bytes of the whole buffer, MAX excluded, either side may
 // be left out ("-64K", "64K-", "1M-16M"); SETTINGs are
-//   shape=split|leader   BlueConnect's split, or reduce to node leaders (small)
+//   shape=split|leader|flat  BlueConnect's split, reduce to node leaders
+//                        (small), or all ranks as one level
 //   algo=auto|ring|rhd|direct, or one per stage: algo=rhd/ring (stage 1 first)
 //   top=rd|split         the top stage as one recursive-doubling all-reduce (rd)
 //                        or as RS + AG (split); rd needs a power-of-two top group

@@ -101,18 +101,29 @@ TEST_CASE("predict: one chunk is the sum of the stages; chunks stream at the bus
 
 TEST_CASE("model_choose: latency plan when small, pipelined split when large", "[cost]") {
   const Hierarchy split = hier("2x4", 8), leader = hier("2x4", 8, Hierarchy::Shape::Leader);
-  const CostModel m = two_levels(20e-6, 0.2e-9, 1e-3, 64e-9);
+  const Hierarchy flat = hier("2x4", 8, Hierarchy::Shape::Flat);
+  const CostModel m = two_levels(20e-6, 0.2e-9, 1e-3, 64e-9);  // no level-0 fits: flat does not compete
   Prediction p;
-  PlanChoice small = model_choose(split, leader, m, 4096, &p);
+  PlanChoice small = model_choose(split, leader, flat, m, 4096, &p);
   REQUIRE(p.ok);
   // Slow steps across nodes: recursive doubling at the top (2 steps, not 6).
   REQUIRE(small.top_rd);
   REQUIRE(small.chunk_bytes == 0);
-  PlanChoice large = model_choose(split, leader, m, 64 << 20, &p);
+  PlanChoice large = model_choose(split, leader, flat, m, 64 << 20, &p);
   REQUIRE(large.shape == Hierarchy::Shape::Split);
   REQUIRE_FALSE(large.top_rd);  // rd sends the whole range log2 q times
   REQUIRE(large.chunk_bytes > 0);
   REQUIRE(large.depth > 1);
+  // Above max_whole (256 KiB) the buffer is always pipelined; at or below it may not be.
+  REQUIRE(model_choose(split, leader, flat, m, 512 << 10).chunk_bytes > 0);
+  REQUIRE(model_choose(split, leader, flat, m, 512 << 10).chunk_bytes <= m.max_whole);
+  // 4 ranks per node, steps inside as slow as across: the leader's fold (1 step
+  // in, 1 out) beats the split's rhd (2 + 2 steps) for small buffers.
+  CostModel slow_node = two_levels(300e-6, 1e-9, 300e-6, 30e-9);
+  slow_node.fits[{1, Algo::Ring}] = {900e-6, 1e-9};  // the fold is priced with the cheapest step, not the ring's
+  const Hierarchy split4 = hier("4x2", 8), leader4 = hier("4x2", 8, Hierarchy::Shape::Leader);
+  REQUIRE(model_choose(split4, leader4, hier("4x2", 8, Hierarchy::Shape::Flat), slow_node, 4096).shape ==
+          Hierarchy::Shape::Leader);
   // The choice beats every fixed alternative the model knows by its own measure.
   for (int64_t chunk : {int64_t{0}, int64_t{64 << 10}, int64_t{4 << 20}}) {
     PlanChoice alt = large;
@@ -121,23 +132,51 @@ TEST_CASE("model_choose: latency plan when small, pipelined split when large", "
   }
 }
 
+TEST_CASE("model_choose: flat recursive doubling when every step costs the same", "[cost]") {
+  const Hierarchy split = hier("2x4", 8), leader = hier("2x4", 8, Hierarchy::Shape::Leader);
+  const Hierarchy flat = hier("2x4", 8, Hierarchy::Shape::Flat);
+  REQUIRE(flat.stages.size() == 1);
+  REQUIRE(flat.stages[0].level == 0);
+  REQUIRE(flat.stages[0].owners == 8);
+  // Steps inside the node cost as much as across (a small, loaded machine):
+  // flat rd takes 3 steps, the hierarchy 2 + 2.
+  CostModel m = two_levels(300e-6, 1e-9, 300e-6, 30e-9);
+  for (Algo a : {Algo::Ring, Algo::Rhd, Algo::Rd}) m.fits[{0, a}] = {300e-6, 30e-9};
+  PlanChoice c = model_choose(split, leader, flat, m, 4096);
+  REQUIRE(c.shape == Hierarchy::Shape::Flat);
+  REQUIRE(c.top_rd);
+  // Large buffers still take the split: the flat plan moves everything over the slow level.
+  c = model_choose(split, leader, flat, m, 16 << 20);
+  REQUIRE(c.shape == Hierarchy::Shape::Split);
+  std::vector<PlanRule> rules;
+  REQUIRE(plan_rules_parse("-8K:shape=flat,top=rd", &rules) == BC_OK);
+  REQUIRE(plan_choose(rules, 100, PlanChoice()).shape == Hierarchy::Shape::Flat);
+  REQUIRE(plan_choice_describe(plan_choose(rules, 100, PlanChoice())).find("shape=flat") != std::string::npos);
+}
+
 TEST_CASE("model_choose: the algorithm per stage follows the fits", "[cost]") {
   const Hierarchy split = hier("4x4", 16), leader = hier("4x4", 16, Hierarchy::Shape::Leader);
+  const Hierarchy flat = hier("4x4", 16, Hierarchy::Shape::Flat);
   CostModel m = two_levels(20e-6, 0.2e-9, 1e-3, 64e-9);
   // rhd measured slower per byte across nodes (partner switching), equal inside.
   m.fits[{2, Algo::Rhd}] = {1e-3, 80e-9};
-  PlanChoice c = model_choose(split, leader, m, 16 << 20);
+  PlanChoice c = model_choose(split, leader, flat, m, 16 << 20);
   REQUIRE(c.stage_algos.size() == 2);
+  REQUIRE(c.stage_algos[1] == Algo::Ring);
+  // Across nodes the ring even where the fits favour rhd (partner switching
+  // on TCP is not in a short calibration).
+  m.fits[{2, Algo::Rhd}] = {1e-4, 10e-9};
+  c = model_choose(split, leader, flat, m, 16 << 20);
   REQUIRE(c.stage_algos[1] == Algo::Ring);
   // rhd's fewer steps win inside the node when its bytes cost the same.
   m.fits[{1, Algo::Rhd}] = {20e-6, 0.2e-9};
   m.fits[{1, Algo::Ring}] = {40e-6, 0.2e-9};
-  c = model_choose(split, leader, m, 64 << 10);
+  c = model_choose(split, leader, flat, m, 64 << 10);
   REQUIRE(c.stage_algos[0] == Algo::Rhd);
   // A group of 3: rhd must fold a pair first; with the same fits the ring wins.
   m.fits[{1, Algo::Ring}] = {20e-6, 0.2e-9};
   const Hierarchy odd = hier("3x2", 6), odd_leader = hier("3x2", 6, Hierarchy::Shape::Leader);
-  c = model_choose(odd, odd_leader, m, 1 << 20);
+  c = model_choose(odd, odd_leader, hier("3x2", 6, Hierarchy::Shape::Flat), m, 1 << 20);
   REQUIRE(c.stage_algos[0] == Algo::Ring);
 }
 
@@ -153,6 +192,8 @@ TEST_CASE("the model file: round trip, other layouts, bad lines", "[cost]") {
   REQUIRE(model_parse(text, sig, &back, &matches) == BC_OK);
   REQUIRE(matches);
   REQUIRE(back.fits.size() == m.fits.size());
+  REQUIRE(back.max_chunk == m.max_chunk);
+  REQUIRE(back.max_whole == m.max_whole);
   for (const auto &kv : m.fits) {
     const CostFit *f = back.find(kv.first.first, kv.first.second);
     REQUIRE(f);

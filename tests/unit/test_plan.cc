@@ -187,6 +187,8 @@ TEST_CASE("plans give exact results on even hierarchies, every algorithm", "[pla
     check_all(t, Algo::Auto, counts_for(p), Hierarchy::Shape::Leader);
     check_all(t, Algo::Auto, counts_for(p), Hierarchy::Shape::Leader, true);
     check_all(t, Algo::Ring, counts_for(p), Hierarchy::Shape::Split, true);
+    check_all(t, Algo::Auto, counts_for(p), Hierarchy::Shape::Flat, true);
+    check_all(t, Algo::Rhd, counts_for(p), Hierarchy::Shape::Flat);
   }
 }
 
@@ -360,16 +362,17 @@ TEST_CASE("plans the cost model chooses give exact results", "[plan][cost]") {
   // Fits that make each candidate win somewhere: slow steps across nodes (rd at
   // the top, leaders), cheap bytes inside (rhd), chunking for large buffers.
   CostModel m;
-  for (int level = 1; level <= 3; ++level)
-    for (Algo a : {Algo::Ring, Algo::Rhd, Algo::Rd}) m.fits[{level, a}] = {level * 300e-6, level * 8e-9};
+  for (int level = 0; level <= 3; ++level)
+    for (Algo a : {Algo::Ring, Algo::Rhd, Algo::Rd}) m.fits[{level, a}] = {(level + 1) * 150e-6, (level + 1) * 8e-9};
   m.fits[{1, Algo::Rhd}] = {100e-6, 8e-9};
   struct Case { const char *spec; int p; };
   for (Case c : {Case{"2x4", 8}, Case{"4x2", 8}, Case{"2x2x2", 8}, Case{"3,2,3", 8}, Case{"3x2", 6}, Case{"2,2,2/2,1", 6}}) {
     Topology t;
     REQUIRE(topo_parse(c.spec, c.p, &t) == BC_OK);
     const Hierarchy split = Hierarchy::build(t), leader = Hierarchy::build(t, Hierarchy::Shape::Leader);
+    const Hierarchy flat = Hierarchy::build(t, Hierarchy::Shape::Flat);
     for (int64_t bytes : {int64_t{64}, int64_t{4096}, int64_t{1} << 20, int64_t{64} << 20}) {
-      const PlanChoice choice = model_choose(split, leader, m, bytes);
+      const PlanChoice choice = model_choose(split, leader, flat, m, bytes);
       INFO(c.spec << " " << bytes << " bytes: " << plan_choice_describe(choice));
       // The simulator runs one chunk's plan: the chunk's element count and a few around it.
       const int64_t elems = std::min<int64_t>(choice.chunk_bytes > 0 ? choice.chunk_bytes : bytes, 4096) / 4;
