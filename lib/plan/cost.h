@@ -46,10 +46,9 @@ struct CostFit {
 
 struct CostModel {
   std::map<std::pair<int, Algo>, CostFit> fits;  // (level, algorithm)
-  // The largest chunk the fits are trusted for. A fit holds near the message
-  // sizes it was measured at: a 16 MiB ring step over UCX/TCP ran 1.7x slower
-  // than the 256 KiB fit predicted (docs/BENCHMARKS.md), so buffers above this
-  // are always pipelined in chunks no larger, and the model picks among those.
+  // The largest chunk the model may choose. Calibration sets 64 KiB, from
+  // measurement (lib/api/calibrate.cc, docs/PLANS.md); a model file may say
+  // otherwise (maxchunk).
   int64_t max_chunk = 1 << 20;
   // The largest buffer run in one piece. Above it the buffer is always cut
   // into at least two chunks: unpipelined 512 KiB all-reduces stalled for
