@@ -31,12 +31,7 @@ Status agree(MPI_Comm comm, Status mine, const char *what) {
 
 Status select_transports(bc_comm *c) {
   const std::string want = c->params.get_str(ParamId::Transport);
-  TransportSetup setup;
-  setup.bootstrap = c->mpi;
-  setup.rank = c->rank;
-  setup.size = c->size;
-  setup.node_of = c->topo.node_of;
-  setup.params = &c->params;
+  const TransportSetup setup = transport_setup(c);
   bool known = false;
   for (const TransportKind &kind : transport_kinds()) {
     if (want != "auto" && want != kind.name) continue;
@@ -87,6 +82,16 @@ Status comm_setup(bc_comm *c) {
 }
 
 }  // namespace
+
+TransportSetup transport_setup(const bc_comm *c) {
+  TransportSetup setup;
+  setup.bootstrap = c->mpi;
+  setup.rank = c->rank;
+  setup.size = c->size;
+  setup.node_of = c->topo.node_of;
+  setup.params = &c->params;
+  return setup;
+}
 
 Status api_init(bool quiet_by_default) {
   std::lock_guard<std::mutex> lock(g_mutex);

@@ -91,6 +91,8 @@ Status comm_ensure_device(bc_comm *comm);
 // The plan choice for a buffer of `bytes`: the cost model's when there is one,
 // else the defaults; BC_PLAN rules and explicitly set knobs override either.
 PlanChoice comm_choose(const bc_comm *comm, int64_t bytes);
+// What a transport is told at creation, for this communicator.
+TransportSetup transport_setup(const bc_comm *comm);
 // The hierarchy a plan shape runs on.
 const Hierarchy &hierarchy_for(const bc_comm *comm, Hierarchy::Shape shape);
 // Calibrates or loads the communicator's cost model (BC_MODEL, BC_MODEL_FILE).

@@ -21,12 +21,7 @@ Status agree(MPI_Comm comm, Status mine) {
 }
 
 Status create_device_transports(bc_comm *c) {
-  TransportSetup setup;
-  setup.bootstrap = c->mpi;
-  setup.rank = c->rank;
-  setup.size = c->size;
-  setup.node_of = c->topo.node_of;
-  setup.params = &c->params;
+  const TransportSetup setup = transport_setup(c);
   std::unique_ptr<Transport> ipc, staging;
   // Every rank of a communicator has the same parameters: all or none create
   // the (collective) IPC transport; comm_ensure_device agrees on the outcome.

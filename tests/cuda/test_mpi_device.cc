@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "../mpi/catch_mpi_session.h"
 #include "../mpi/harness.h"
 #include "blueconnect.h"
 
@@ -159,19 +160,5 @@ int main(int argc, char **argv) {
   // Several ranks share the GPUs round-robin (one GPU: all on device 0).
   int ndev = 0;
   if (cudaGetDeviceCount(&ndev) == cudaSuccess && ndev > 0) cudaSetDevice(rank % ndev);
-  if (bc_init() != BC_OK) {
-    std::fprintf(stderr, "bc_init failed: %s\n", bc_last_error());
-    MPI_Abort(MPI_COMM_WORLD, 2);
-  }
-  Catch::Session session;
-  int rc = session.applyCommandLine(argc, argv);
-  if (rc == 0) {
-    if (rank != 0) session.configData().outputFilename = "/dev/null";
-    rc = session.run();
-  }
-  int worst = 0;
-  MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  bc_finalize();
-  MPI_Finalize();
-  return worst;
+  return bctest::catch_mpi_session(argc, argv);
 }

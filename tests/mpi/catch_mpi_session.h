@@ -1,0 +1,34 @@
+// The Catch2 session every MPI test program runs, after MPI_Init: every rank
+// runs the same test cases, only rank 0 reports, and the exit status is the
+// worst of all ranks. Include it after <catch2/catch.hpp> with CATCH_CONFIG_RUNNER.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdio>
+
+#include "blueconnect.h"
+
+namespace bctest {
+
+inline int catch_mpi_session(int argc, char **argv) {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (bc_init() != BC_OK) {
+    std::fprintf(stderr, "bc_init failed: %s\n", bc_last_error());
+    MPI_Abort(MPI_COMM_WORLD, 2);
+  }
+  Catch::Session session;
+  int rc = session.applyCommandLine(argc, argv);
+  if (rc == 0) {
+    if (rank != 0) session.configData().outputFilename = "/dev/null";
+    rc = session.run();
+  }
+  int worst = 0;
+  MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  bc_finalize();
+  MPI_Finalize();
+  return worst;
+}
+
+}  // namespace bctest
