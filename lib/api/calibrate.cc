@@ -97,11 +97,10 @@ Status calibrate(bc_comm *c, CostModel *out) {
   std::vector<Trial> trials;
   for (size_t s = 0; s < nstages; ++s) {
     const int q = trial_stage(c, s).owners;
-    const bool pow2 = (q & (q - 1)) == 0;
     const bool top = s + 1 >= h.stages.size();  // the split's top stage, or the flat one
     std::vector<Algo> algos{Algo::Ring};
     if (q > 2) algos.push_back(Algo::Rhd);  // at q = 2 rhd is the ring
-    if (top && pow2 && q > 1) algos.push_back(Algo::Rd);
+    if (top && is_power_of_two(q) && q > 1) algos.push_back(Algo::Rd);
     for (Algo a : algos) trials.push_back({s, a, kSmallPerOwner * q}), trials.push_back({s, a, kLarge});
   }
   std::vector<float> buf;
@@ -119,12 +118,10 @@ Status calibrate(bc_comm *c, CostModel *out) {
   for (size_t i = 0; i < trials.size(); i += 2) {
     const Trial &small = trials[i], &large = trials[i + 1];
     const StageGroups &sg = trial_stage(c, small.stage);
-    size_t m = 0;
-    for (const auto &g : sg.groups) m = std::max(m, g.size());
     const auto pick = [&](size_t k) {
       return median(std::vector<double>(slowest.begin() + k * kRepeats, slowest.begin() + (k + 1) * kRepeats));
     };
-    const CostFit fit = fit_stage(stage_shape(small.algo, sg.owners, static_cast<int>(m)), small.count * 4.0,
+    const CostFit fit = fit_stage(stage_shape(small.algo, sg.owners, sg.max_members()), small.count * 4.0,
                                   pick(i), large.count * 4.0, pick(i + 1));
     out->fits[{sg.level, small.algo}] = fit;
     if (small.algo == Algo::Ring && sg.owners <= 2) out->fits[{sg.level, Algo::Rhd}] = fit;

@@ -8,22 +8,11 @@
 namespace bc {
 namespace {
 
-bool pow2(int q) { return q > 0 && (q & (q - 1)) == 0; }
-
 double log2i(int q) {
   double s = 0;
   for (int v = q; v > 1; v >>= 1) s += 1;
   return s;
 }
-
-int max_members(const StageGroups &sg) {
-  size_t m = 0;
-  for (const auto &g : sg.groups) m = std::max(m, g.size());
-  return static_cast<int>(m);
-}
-
-// What an algorithm is called in the model file.
-const char *fit_name(Algo a) { return algo_name(a); }  // "rd" included
 
 // A fold is one message per step: the level's smallest fitted alpha prices it.
 const CostFit *cheapest_step(const CostModel &m, int level) {
@@ -33,9 +22,11 @@ const CostFit *cheapest_step(const CostModel &m, int level) {
   return best;
 }
 
+// An algorithm's name in the model file: algo_name's, "rd" included (which
+// algo_parse, for BC_ALGO, does not accept).
 bool fit_parse(const std::string &s, Algo *a) {
   for (Algo x : {Algo::Ring, Algo::Rhd, Algo::Direct, Algo::Rd})
-    if (s == fit_name(x)) { *a = x; return true; }
+    if (s == algo_name(x)) { *a = x; return true; }
   return false;
 }
 
@@ -52,7 +43,7 @@ StageShape stage_shape(Algo algo, int q, int m) {
   switch (algo) {
     case Algo::Ring: s = {2.0 * (q - 1), 2 * f, q >= 1}; break;
     case Algo::Rhd:
-      if (pow2(q)) {
+      if (is_power_of_two(q)) {
         s = {2 * log2i(q), 2 * f, true};
       } else {  // the fold: pairs in and out around the halving of the power of two below q
         const int qp = 1 << static_cast<int>(log2i(q));
@@ -60,7 +51,7 @@ StageShape stage_shape(Algo algo, int q, int m) {
       }
       break;
     case Algo::Direct: s = {2.0, 2 * f, q >= 1}; break;
-    case Algo::Rd: s = {log2i(q), log2i(q), pow2(q)}; break;
+    case Algo::Rd: s = {log2i(q), log2i(q), is_power_of_two(q)}; break;
     default: return s;
   }
   if (m > q && q > 0) {  // the extras' fold in and result out
@@ -88,11 +79,11 @@ Prediction predict(const Hierarchy &h, const CostModel &m, const PlanChoice &cho
   std::map<int, double> level_bytes_time;  // per level: the byte part of one chunk
   for (size_t s = 0; s < h.stages.size(); ++s) {
     const StageGroups &sg = h.stages[s];
-    const int q = sg.owners, mm = max_members(sg);
+    const int q = sg.owners, mm = sg.max_members();
     const bool top = s + 1 == h.stages.size();
     Algo a = choice.algo;
     if (s < choice.stage_algos.size() && choice.stage_algos[s] != Algo::Auto) a = choice.stage_algos[s];
-    if (top && choice.top_rd && pow2(q) && q > 1) a = Algo::Rd;
+    if (top && choice.top_rd && is_power_of_two(q) && q > 1) a = Algo::Rd;
     if (q == 1) a = Algo::Ring;  // the leader shape below the top: only the fold
     if (a == Algo::Auto) return p;  // the caller picks per stage
     const StageShape shape = stage_shape(a, q, mm);
@@ -120,17 +111,18 @@ PlanChoice best_algos(const Hierarchy &h, const CostModel &m, PlanChoice c, int6
   double b = static_cast<double>(chunk);
   for (size_t s = 0; s < h.stages.size(); ++s) {
     const StageGroups &sg = h.stages[s];
-    const int q = sg.owners, mm = max_members(sg);
+    const int q = sg.owners, mm = sg.max_members();
     double best = -1;
-    for (Algo a : {Algo::Ring, Algo::Rhd}) {
-      // Across nodes the ring, as auto does: rhd's partner switching costs
-      // what a short calibration does not see (TCP restarts an idle
-      // connection's window at every switch). On the simulated cluster, 8 MiB
-      // with rhd across nodes took 552 ms and with the ring 446 ms, while the
-      // fits predicted the opposite; allowing rhd only for small stage inputs
-      // made the model cut large buffers into small chunks to keep it. Small
-      // buffers get the top stage as recursive doubling instead.
-      if (a == Algo::Rhd && sg.level > 1) continue;
+    // Auto's candidates for the level: across nodes only the ring. rhd's
+    // partner switching costs what a short calibration does not see (TCP
+    // restarts an idle connection's window at every switch). On the simulated
+    // cluster, 8 MiB with rhd across nodes took 552 ms and with the ring 446 ms,
+    // while the fits predicted the opposite; allowing rhd only for small stage
+    // inputs made the model cut large buffers into small chunks to keep it.
+    // Small buffers get the top stage as recursive doubling instead.
+    const std::vector<Algo> allowed = auto_candidates(sg.level);
+    for (Algo a : {Algo::Ring, Algo::Rhd}) {  // the ring first: rhd must be clearly faster
+      if (std::find(allowed.begin(), allowed.end(), a) == allowed.end()) continue;
       const StageShape shape = stage_shape(a, q, mm);
       const CostFit *fit = m.find(sg.level, a);
       if (!shape.ok || !fit) continue;
@@ -163,7 +155,7 @@ PlanChoice model_choose(const Hierarchy &split, const Hierarchy &leader, const H
     if (shape > 0 && split.stages.size() < 2) continue;  // one level: the same plan as the split
     if (h.stages.empty()) continue;
     for (bool top_rd : {false, true}) {
-      if (top_rd && (h.stages.empty() || !pow2(h.stages.back().owners))) continue;
+      if (top_rd && (h.stages.empty() || !is_power_of_two(h.stages.back().owners))) continue;
       for (int64_t chunk : kChunks) {
         if (chunk != 0 && chunk * 2 > bytes) continue;  // fewer than two chunks: no pipeline
         if (chunk == 0 ? bytes > m.max_whole : chunk > m.max_chunk) continue;  // beyond what was measured
@@ -193,7 +185,7 @@ std::string model_signature(const Hierarchy &h) {
   std::ostringstream os;
   os << "p" << h.nranks;
   for (const StageGroups &sg : h.stages)
-    os << "/L" << sg.level << ":g" << sg.groups.size() << "q" << sg.owners << "m" << max_members(sg);
+    os << "/L" << sg.level << ":g" << sg.groups.size() << "q" << sg.owners << "m" << sg.max_members();
   return os.str();
 }
 
@@ -206,7 +198,7 @@ std::string model_serialize(const CostModel &m, const std::string &signature) {
      << "maxwhole " << m.max_whole << "\n";
   char line[160];
   for (const auto &kv : m.fits) {
-    std::snprintf(line, sizeof line, "fit %d %s %.9e %.9e\n", kv.first.first, fit_name(kv.first.second),
+    std::snprintf(line, sizeof line, "fit %d %s %.9e %.9e\n", kv.first.first, algo_name(kv.first.second),
                   kv.second.alpha, kv.second.beta);
     os << line;
   }
@@ -271,7 +263,7 @@ std::string model_describe(const CostModel &m) {
   char buf[120];
   for (const auto &kv : m.fits) {
     std::snprintf(buf, sizeof buf, " L%d/%s a=%.1fus b=%.3fns/B (%.0f MB/s)", kv.first.first,
-                  fit_name(kv.first.second), kv.second.alpha * 1e6, kv.second.beta * 1e9,
+                  algo_name(kv.first.second), kv.second.alpha * 1e6, kv.second.beta * 1e9,
                   kv.second.beta > 0 ? 1e-6 / kv.second.beta : 0.0);
     os << buf;
   }

@@ -12,6 +12,7 @@
 // element is fixed by the plan and every rank gets identical bits.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -31,12 +32,20 @@ Status algo_parse(const std::string &text, Algo *out);
 
 enum class CollKind : uint8_t { Allreduce = 0, ReduceScatter, Allgather };
 
+inline bool is_power_of_two(int q) { return q > 0 && (q & (q - 1)) == 0; }
+
 struct StageGroups {
   int level = 0;   // 1-based topology level
   int owners = 0;  // q: members that own a part of the range after this stage
   std::vector<std::vector<int>> groups;  // member ranks in child order
   std::vector<int> group_of;     // per rank: its group, -1 when inactive here
   std::vector<int> index_of;     // per rank: its index in that group
+  // Members of the largest group (owners plus extras).
+  int max_members() const {
+    size_t m = 0;
+    for (const auto &g : groups) m = std::max(m, g.size());
+    return static_cast<int>(m);
+  }
 };
 
 struct Hierarchy {
@@ -109,6 +118,10 @@ struct AlgoImpl {
   Status (*reduce_scatter)(const GroupCtx &ctx, std::vector<Step> *out);
   Status (*all_gather)(const GroupCtx &ctx, std::vector<Step> *out);
 };
+// The algorithms auto may take at a topology level (level 0: the flat shape),
+// in order of preference. The cost model chooses among the same.
+std::vector<Algo> auto_candidates(int level);
+
 extern const AlgoImpl kAlgoRing;
 extern const AlgoImpl kAlgoRhd;
 extern const AlgoImpl kAlgoDirect;

@@ -11,6 +11,17 @@
 #include "plan/steps.h"
 
 namespace bc {
+
+// Auto fits each level's fabric: inside the node (level 1) recursive halving
+// and doubling (fewest steps over fast memory); above it the ring, whose
+// steady neighbour-to-neighbour stream kept 250 Mbit/s links 10-17% busier than
+// rhd's halving exchanges on the simulated 4-node cluster (docs/BENCHMARKS.md);
+// the cost model, which chooses among these, measured the same (lib/plan/cost.cc).
+std::vector<Algo> auto_candidates(int level) {
+  if (level > 1) return {Algo::Ring};
+  return {Algo::Rhd, Algo::Ring};
+}
+
 namespace {
 
 constexpr uint32_t kRedistributeTag = 0xFF000;
@@ -27,14 +38,9 @@ const AlgoImpl *algo_impl(Algo a) {
 }
 
 // Candidates in order of preference; the first whose preconditions hold runs.
-// Auto fits each level's fabric: inside the node (level 1) recursive halving
-// and doubling (fewest steps over fast memory); above it the ring, whose
-// steady neighbour-to-neighbour stream kept 250 Mbit/s links 10-17% busier than
-// rhd's halving exchanges on the simulated 4-node cluster (docs/BENCHMARKS.md).
 std::vector<Algo> candidates(Algo forced, int level) {
   if (forced != Algo::Auto) return {forced};
-  if (level > 1) return {Algo::Ring};
-  return {Algo::Rhd, Algo::Ring};
+  return auto_candidates(level);
 }
 
 struct Builder {
@@ -86,7 +92,7 @@ struct Builder {
       // Auto takes rhd only where no fold is needed: folding a group of 3
       // costs more steps and bytes than its ring.
       const int q = static_cast<int>(owners.size());
-      if (forced == Algo::Auto && a == Algo::Rhd && (q & (q - 1)) != 0) continue;
+      if (forced == Algo::Auto && a == Algo::Rhd && !is_power_of_two(q)) continue;
       std::vector<Step> steps;
       const AlgoImpl *impl = algo_impl(a);
       Status st = phase == 0 ? impl->reduce_scatter(ctx, &steps) : impl->all_gather(ctx, &steps);
@@ -125,7 +131,7 @@ struct Builder {
         prog->steps.push_back(std::move(st));
       }
       const bool top = s + 1 == static_cast<int>(h.stages.size());
-      if (top && top_rd && q > 1 && (q & (q - 1)) == 0) {
+      if (top && top_rd && q > 1 && is_power_of_two(q)) {
         top_full = true;
         recursive_doubling(s, owners, me, range);
         continue;
