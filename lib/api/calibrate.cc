@@ -8,6 +8,15 @@
 // per run; the median of the repeats gives two points, and fit_stage turns them
 // into that (level, algorithm)'s alpha and beta (lib/plan/cost.h). Because all
 // ranks fit the same agreed numbers, all of them choose the same plans.
+//
+// Then the small-buffer end: every one-piece plan the model can choose (split
+// or leader shape, top stage rd or split, with the algorithms the stage fits
+// pick) is timed whole at 4 KiB and 64 KiB, and those two points give the plan
+// fits that predict buffers up to 64 KiB. The stage fits alone misjudged that
+// end: timed with every group of a stage busy at once, they priced the leader
+// shape, where one rank per node crosses the network, at 2-6 times its measured
+// time (simulated cluster, 2 nodes x 4 ranks), so the model never chose it,
+// and at 4-32 KiB the split ran 0.60-0.73x Open MPI's han.
 #include <mpi.h>
 
 #include <algorithm>
@@ -25,6 +34,11 @@
 namespace bc {
 namespace {
 
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
 constexpr int kRepeats = 3;
 constexpr int64_t kSmallPerOwner = 16;   // floats per owner: the latency point
 constexpr int64_t kLarge = 64 * 1024;    // floats (256 KiB): the bandwidth point
@@ -34,6 +48,10 @@ constexpr int64_t kLarge = 64 * 1024;    // floats (256 KiB): the bandwidth poin
 // bucket, a switch buffer) is spent and the fit sees the sustained rate.
 constexpr int kSmallBackToBack = 8;
 constexpr int kLargeBackToBack = 2;
+// Whole plans, in one piece: the two sizes in floats (4 KiB, 64 KiB), timed
+// 8 and 4 back to back.
+constexpr int64_t kPlanSmall = 1024;
+constexpr int64_t kPlanLarge = 16 * 1024;
 
 struct Trial {
   size_t stage;
@@ -62,19 +80,15 @@ const StageGroups &trial_stage(const bc_comm *c, size_t s) {
   return s < c->hier.stages.size() ? c->hier.stages[s] : c->hier_flat.stages[0];
 }
 
-Status run_trial(bc_comm *c, const Trial &t, std::vector<float> *buf, double *seconds) {
-  const Hierarchy one = t.stage < c->hier.stages.size() ? single_stage(c->hier, t.stage) : c->hier_flat;
-  auto prog = std::make_shared<Program>();
-  const std::vector<Algo> algos{t.algo == Algo::Rd ? Algo::Auto : t.algo};
-  BC_CHECK(build_program(one, c->rank, CollKind::Allreduce, t.count, Algo::Auto, false, prog.get(),
-                         t.algo == Algo::Rd, &algos));
-  buf->assign(static_cast<size_t>(t.count), 1.0f);
-  const int back_to_back = t.count == kLarge ? kLargeBackToBack : kSmallBackToBack;
+// Seconds per all-reduce of `prog` (one piece), `back_to_back` of them after one barrier.
+Status time_program(bc_comm *c, const std::shared_ptr<const Program> &prog, int back_to_back,
+                    std::vector<float> *buf, double *seconds) {
+  buf->assign(static_cast<size_t>(prog->count), 1.0f);
   const ExecContext ctx = exec_context(c, BC_FLOAT32, BC_SUM, BC_MEM_HOST);
   BC_MPI_CHECK(MPI_Barrier(c->mpi));
   const auto start = std::chrono::steady_clock::now();
   for (int k = 0; k < back_to_back; ++k) {
-    Operation op(ctx, reinterpret_cast<unsigned char *>(buf->data()), t.count, 1, 1, prog, prog, c->seq);
+    Operation op(ctx, reinterpret_cast<unsigned char *>(buf->data()), prog->count, 1, 1, prog, prog, c->seq);
     c->seq += 1;
     BC_CHECK(op.wait());
   }
@@ -82,9 +96,59 @@ Status run_trial(bc_comm *c, const Trial &t, std::vector<float> *buf, double *se
   return BC_OK;
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
+Status run_trial(bc_comm *c, const Trial &t, std::vector<float> *buf, double *seconds) {
+  const Hierarchy one = t.stage < c->hier.stages.size() ? single_stage(c->hier, t.stage) : c->hier_flat;
+  auto prog = std::make_shared<Program>();
+  const std::vector<Algo> algos{t.algo == Algo::Rd ? Algo::Auto : t.algo};
+  BC_CHECK(build_program(one, c->rank, CollKind::Allreduce, t.count, Algo::Auto, false, prog.get(),
+                         t.algo == Algo::Rd, &algos));
+  return time_program(c, prog, t.count == kLarge ? kLargeBackToBack : kSmallBackToBack, buf, seconds);
+}
+
+// The plan fits (see the top of this file): every one-piece candidate timed
+// whole at two sizes. Needs the stage fits in *m (they pick the algorithms).
+Status calibrate_plans(bc_comm *c, CostModel *m) {
+  m->plan_fits.clear();
+  m->plan_fit_max = 0;
+  if (c->hier.stages.size() < 2) return BC_OK;  // one level: the shapes are the same plan
+  std::vector<PlanFit> cands;
+  for (Hierarchy::Shape shape : {Hierarchy::Shape::Split, Hierarchy::Shape::Leader}) {
+    const Hierarchy &h = hierarchy_for(c, shape);
+    for (bool top_rd : {false, true}) {
+      if (top_rd && !(is_power_of_two(h.stages.back().owners) && h.stages.back().owners > 1)) continue;
+      PlanFit f;
+      f.choice.shape = shape;
+      f.choice.top_rd = top_rd;
+      f.choice = model_stage_algos(h, *m, f.choice, kPlanSmall * static_cast<int64_t>(sizeof(float)));
+      cands.push_back(f);
+    }
+  }
+  std::vector<float> buf;
+  std::vector<double> mine(cands.size() * 2 * kRepeats), slowest(mine.size());
+  for (int r = 0; r < kRepeats; ++r) {
+    for (size_t i = 0; i < cands.size(); ++i) {
+      for (int big = 0; big < 2; ++big) {
+        std::shared_ptr<const Program> prog;
+        BC_CHECK(comm_plan(c, CollKind::Allreduce, false, big ? kPlanLarge : kPlanSmall, cands[i].choice, &prog));
+        BC_CHECK(time_program(c, prog, big ? 4 : 8, &buf, &mine[(i * 2 + big) * kRepeats + r]));
+      }
+    }
+  }
+  BC_MPI_CHECK(MPI_Allreduce(mine.data(), slowest.data(), static_cast<int>(mine.size()), MPI_DOUBLE, MPI_MAX, c->mpi));
+  const double b0 = kPlanSmall * 4.0, b1 = kPlanLarge * 4.0;
+  for (size_t i = 0; i < cands.size(); ++i) {
+    const auto pick = [&](int big) {
+      const auto first = slowest.begin() + static_cast<long>((i * 2 + big) * kRepeats);
+      return median(std::vector<double>(first, first + kRepeats));
+    };
+    const double t0 = pick(0), t1 = pick(1);
+    // Floors as in fit_stage: noise must not give a free plan or free bytes.
+    cands[i].beta = std::max((t1 - t0) / (b1 - b0), 1e-12);
+    cands[i].alpha = std::max(t0 - b0 * cands[i].beta, 1e-7);
+    m->plan_fits.push_back(cands[i]);
+  }
+  m->plan_fit_max = static_cast<int64_t>(b1);
+  return BC_OK;
 }
 
 Status calibrate(bc_comm *c, CostModel *out) {
@@ -135,6 +199,7 @@ Status calibrate(bc_comm *c, CostModel *out) {
   // trunked link busy, so the model chooses only up to this size.
   out->max_chunk = 64 << 10;
   out->max_whole = kLarge * static_cast<int64_t>(sizeof(float));
+  BC_CHECK(calibrate_plans(c, out));
   return BC_OK;
 }
 

@@ -68,6 +68,12 @@ const ParamDef kParamDefs[] = {
     {ParamId::UcxWait, "BC_UCX_WAIT", ParamType::Enum, "yield", "yield|event",
      "UCX transport, when a wait finds nothing to do: yield the core (sched_yield), or sleep on "
      "the worker's event fd (ucp_worker_arm) until the network wakes it."},
+    {ParamId::UcxRndvThresh, "BC_UCX_RNDV_THRESH", ParamType::Bytes, "512K", nullptr,
+     "UCX transport: messages up to this size go eagerly, larger ones by rendezvous (UCX's "
+     "RNDV_THRESH for this library's own UCX context; UCX_RNDV_THRESH in the environment wins). "
+     "UCX's own choice over TCP sent 32 KiB by rendezvous, one extra round trip: a 32 KiB "
+     "all-reduce through node leaders took 1000 us instead of 640 us (2 simulated nodes, "
+     "100 us links). Every message the cost model plans is at most 256 KiB."},
     {ParamId::Chunk, "BC_CHUNK", ParamType::Bytes, "1M", nullptr,
      "All-reduce pipelining: the buffer is cut into chunks of about this many bytes that stream "
      "through the stages one after another (0 = one chunk). Smaller chunks overlap the stages "

@@ -30,6 +30,7 @@ enum class ParamId : int {
   ShmMode,      // BC_SHM_MODE
   ShmChunk,     // BC_SHM_CHUNK
   UcxWait,      // BC_UCX_WAIT
+  UcxRndvThresh,// BC_UCX_RNDV_THRESH
   Chunk,        // BC_CHUNK
   PipelineDepth,// BC_PIPELINE_DEPTH
   Plan,         // BC_PLAN

@@ -37,6 +37,13 @@ const CostFit *CostModel::find(int level, Algo a) const {
   return it == fits.end() ? nullptr : &it->second;
 }
 
+const PlanFit *CostModel::find_plan(Hierarchy::Shape shape, bool top_rd, int64_t bytes) const {
+  if (bytes > plan_fit_max) return nullptr;
+  for (const PlanFit &f : plan_fits)
+    if (f.choice.shape == shape && f.choice.top_rd == top_rd) return &f;
+  return nullptr;
+}
+
 StageShape stage_shape(Algo algo, int q, int m) {
   StageShape s;
   const double f = q > 0 ? static_cast<double>(q - 1) / q : 0;
@@ -73,7 +80,16 @@ CostFit fit_stage(const StageShape &shape, double b0, double t0, double b1, doub
 
 Prediction predict(const Hierarchy &h, const CostModel &m, const PlanChoice &choice, int64_t bytes) {
   Prediction p;
-  const int64_t chunk = choice.chunk_bytes > 0 && choice.chunk_bytes < bytes ? choice.chunk_bytes : bytes;
+  const bool one_piece = choice.chunk_bytes <= 0 || choice.chunk_bytes >= bytes;
+  if (const PlanFit *pf = one_piece ? m.find_plan(choice.shape, choice.top_rd, bytes) : nullptr) {
+    if (pf->choice.stage_algos == choice.stage_algos) {
+      p.seconds = p.fill = p.per_chunk = pf->alpha + pf->beta * static_cast<double>(bytes);
+      p.stage_algos = pf->choice.stage_algos;
+      p.timed_plan = p.ok = true;
+      return p;
+    }
+  }
+  const int64_t chunk = one_piece ? bytes : choice.chunk_bytes;
   p.chunks = chunk > 0 ? (bytes + chunk - 1) / chunk : 1;
   double b = static_cast<double>(chunk);
   std::map<int, double> level_bytes_time;  // per level: the byte part of one chunk
@@ -103,10 +119,7 @@ Prediction predict(const Hierarchy &h, const CostModel &m, const PlanChoice &cho
   return p;
 }
 
-namespace {
-
-// The cheapest algorithm per stage for one chunk size, as a full choice.
-PlanChoice best_algos(const Hierarchy &h, const CostModel &m, PlanChoice c, int64_t chunk) {
+PlanChoice model_stage_algos(const Hierarchy &h, const CostModel &m, PlanChoice c, int64_t chunk) {
   c.stage_algos.assign(h.stages.size(), Algo::Auto);
   double b = static_cast<double>(chunk);
   for (size_t s = 0; s < h.stages.size(); ++s) {
@@ -138,8 +151,6 @@ PlanChoice best_algos(const Hierarchy &h, const CostModel &m, PlanChoice c, int6
   return c;
 }
 
-}  // namespace
-
 PlanChoice model_choose(const Hierarchy &split, const Hierarchy &leader, const Hierarchy &flat, const CostModel &m,
                         int64_t bytes, Prediction *pred) {
   // Candidates in order of preference when the model calls them even: one
@@ -166,7 +177,9 @@ PlanChoice model_choose(const Hierarchy &split, const Hierarchy &leader, const H
           c.top_rd = top_rd;
           c.chunk_bytes = chunk;
           c.depth = depth;
-          c = best_algos(h, m, c, chunk > 0 ? chunk : bytes);
+          // One piece that a timed plan covers runs with the algorithms it was timed with.
+          const PlanFit *pf = chunk == 0 ? m.find_plan(c.shape, top_rd, bytes) : nullptr;
+          c = pf ? pf->choice : model_stage_algos(h, m, c, chunk > 0 ? chunk : bytes);
           const Prediction p = predict(h, m, c, bytes);
           if (!p.ok) continue;
           if (!best_p.ok || p.seconds < best_p.seconds * 0.97) {
@@ -179,6 +192,14 @@ PlanChoice model_choose(const Hierarchy &split, const Hierarchy &leader, const H
   }
   if (pred) *pred = best_p;
   return best;
+}
+
+std::string plan_fit_settings(const PlanChoice &c) {
+  std::ostringstream os;
+  os << "shape=" << shape_name(c.shape) << ",algo=";
+  for (size_t s = 0; s < c.stage_algos.size(); ++s) os << (s ? "/" : "") << algo_name(c.stage_algos[s]);
+  os << ",top=" << (c.top_rd ? "rd" : "split");
+  return os.str();
 }
 
 std::string model_signature(const Hierarchy &h) {
@@ -197,6 +218,11 @@ std::string model_serialize(const CostModel &m, const std::string &signature) {
      << "maxchunk " << m.max_chunk << "\n"
      << "maxwhole " << m.max_whole << "\n";
   char line[160];
+  if (!m.plan_fits.empty()) os << "planmax " << m.plan_fit_max << "\n";
+  for (const PlanFit &f : m.plan_fits) {
+    std::snprintf(line, sizeof line, "plan %.9e %.9e ", f.alpha, f.beta);
+    os << line << plan_fit_settings(f.choice) << "\n";
+  }
   for (const auto &kv : m.fits) {
     std::snprintf(line, sizeof line, "fit %d %s %.9e %.9e\n", kv.first.first, algo_name(kv.first.second),
                   kv.second.alpha, kv.second.beta);
@@ -234,6 +260,26 @@ Status model_parse(const std::string &text, const std::string &signature, CostMo
     } else if (key == "maxchunk") {
       if (!(ls >> m.max_chunk) || m.max_chunk < 1)
         return BC_FAIL(BC_ERR_PARAM, "model file line %d: 'maxchunk' needs a positive byte count", lineno);
+    } else if (key == "planmax") {
+      if (!(ls >> m.plan_fit_max) || m.plan_fit_max < 0)
+        return BC_FAIL(BC_ERR_PARAM, "model file line %d: 'planmax' needs a byte count", lineno);
+    } else if (key == "plan") {
+      PlanFit f;
+      std::string settings;
+      std::vector<PlanRule> rules;
+      if (!(ls >> f.alpha >> f.beta >> settings) || !(f.alpha >= 0) || !(f.beta >= 0) ||
+          plan_rules_parse("-:" + settings, &rules) != BC_OK || rules.size() != 1) {
+        clear_error();
+        return BC_FAIL(BC_ERR_PARAM,
+                       "model file line %d: expected 'plan ALPHA_S BETA_S_PER_BYTE shape=S,algo=A[/A...],top=T', got '%s'",
+                       lineno, line.c_str());
+      }
+      f.choice = rules[0].choice;
+      if (f.choice.stage_algos.empty()) f.choice.stage_algos.assign(1, f.choice.algo);
+      f.choice.algo = Algo::Auto;
+      f.choice.chunk_bytes = 0;
+      f.choice.depth = 1;
+      m.plan_fits.push_back(f);
     } else if (key == "fit") {
       int level = 0;
       std::string name;
@@ -260,11 +306,16 @@ std::string model_describe(const CostModel &m) {
   std::ostringstream os;
   os << "cost model (" << m.source << ", one piece up to " << m.max_whole << " B, chunks up to " << m.max_chunk
      << " B):";
-  char buf[120];
+  char buf[256];
   for (const auto &kv : m.fits) {
     std::snprintf(buf, sizeof buf, " L%d/%s a=%.1fus b=%.3fns/B (%.0f MB/s)", kv.first.first,
                   algo_name(kv.first.second), kv.second.alpha * 1e6, kv.second.beta * 1e9,
                   kv.second.beta > 0 ? 1e-6 / kv.second.beta : 0.0);
+    os << buf;
+  }
+  for (const PlanFit &f : m.plan_fits) {
+    std::snprintf(buf, sizeof buf, " [%s up to %lld B: %.1fus + %.3fns/B]", plan_fit_settings(f.choice).c_str(),
+                  static_cast<long long>(m.plan_fit_max), f.alpha * 1e6, f.beta * 1e9);
     os << buf;
   }
   return os.str();

@@ -44,8 +44,21 @@ struct CostFit {
   double beta = 0;   // seconds per byte sent by one rank
 };
 
+// A whole plan timed in one piece at communicator creation: the small-buffer
+// end, where the stage fits' per-step alpha, measured with every group of a
+// stage busy at once, says little about a plan whose steps are single messages
+// (the leader shape: one rank per node crosses the network). Serves buffers up
+// to CostModel::plan_fit_max, the largest size it was timed at.
+struct PlanFit {
+  PlanChoice choice;  // shape, top_rd and stage_algos; one piece (chunk 0, depth 1)
+  double alpha = 0;   // seconds
+  double beta = 0;    // seconds per byte of the buffer
+};
+
 struct CostModel {
   std::map<std::pair<int, Algo>, CostFit> fits;  // (level, algorithm)
+  std::vector<PlanFit> plan_fits;
+  int64_t plan_fit_max = 0;  // plan fits predict buffers up to this many bytes
   // The largest chunk the model may choose. Calibration sets 64 KiB, from
   // measurement (lib/api/calibrate.cc, docs/PLANS.md); a model file may say
   // otherwise (maxchunk).
@@ -58,6 +71,8 @@ struct CostModel {
   std::string source;                            // "calibrated", "file PATH", ...
   bool empty() const { return fits.empty(); }
   const CostFit *find(int level, Algo a) const;
+  // The plan fit for a one-piece buffer of `bytes` with this shape and top, if any.
+  const PlanFit *find_plan(Hierarchy::Shape shape, bool top_rd, int64_t bytes) const;
 };
 
 // Steps and bytes (as a multiple of the stage's input B) of one stage's RS+AG
@@ -74,6 +89,7 @@ CostFit fit_stage(const StageShape &shape, double b0, double t0, double b1, doub
 
 struct Prediction {
   double seconds = 0;
+  bool timed_plan = false;  // from a PlanFit, not from the stage fits
   double fill = 0;     // one chunk through every stage
   double per_chunk = 0;  // the pace of the rest
   int64_t chunks = 1;
@@ -81,8 +97,10 @@ struct Prediction {
   bool ok = false;
 };
 
-// Time of an all-reduce of `bytes` under `choice` on hierarchy h. ok = false
-// when the model has no fit for a stage or the choice cannot run.
+// Time of an all-reduce of `bytes` under `choice` on hierarchy h: from the plan
+// fit when one serves it (same shape, top and algorithms, one piece, bytes up to
+// plan_fit_max), else from the stage fits. ok = false when the model has no fit
+// for a stage or the choice cannot run.
 Prediction predict(const Hierarchy &h, const CostModel &m, const PlanChoice &choice, int64_t bytes);
 
 // The fastest plan the model finds for `bytes`: shape (split, leader, flat), the top
@@ -95,6 +113,10 @@ Prediction predict(const Hierarchy &h, const CostModel &m, const PlanChoice &cho
 PlanChoice model_choose(const Hierarchy &split, const Hierarchy &leader, const Hierarchy &flat, const CostModel &m,
                         int64_t bytes, Prediction *pred = nullptr);
 
+// `choice` with the stage fits' cheapest algorithm per stage of h for a piece
+// of `chunk` bytes (auto_candidates(level) only; the ring unless rhd is 3% faster).
+PlanChoice model_stage_algos(const Hierarchy &h, const CostModel &m, PlanChoice choice, int64_t chunk);
+
 // The model file (BC_MODEL_FILE): see docs/PLANS.md for the format.
 std::string model_signature(const Hierarchy &split);
 std::string model_serialize(const CostModel &m, const std::string &signature);
@@ -102,5 +124,7 @@ std::string model_serialize(const CostModel &m, const std::string &signature);
 // another layout. Syntax errors fail with BC_ERR_PARAM naming the line.
 Status model_parse(const std::string &text, const std::string &signature, CostModel *out, bool *matches);
 std::string model_describe(const CostModel &m);
+// A plan fit's choice in BC_PLAN's terms (shape, algorithms, top), as the model file holds it.
+std::string plan_fit_settings(const PlanChoice &c);
 
 }  // namespace bc

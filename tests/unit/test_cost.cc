@@ -213,6 +213,72 @@ TEST_CASE("the model file: round trip, other layouts, bad lines", "[cost]") {
   }
 }
 
+TEST_CASE("plan fits decide one-piece buffers up to the size they were timed at", "[cost]") {
+  const Hierarchy split = hier("2x4", 8), leader = hier("2x4", 8, Hierarchy::Shape::Leader);
+  const Hierarchy flat = hier("2x4", 8, Hierarchy::Shape::Flat);
+  // Stage fits that price the leader shape far too high (its top stage's beta
+  // measured with every group of the stage on the link), as calibration did.
+  CostModel m = two_levels(50e-6, 1e-9, 580e-6, 145e-9);
+  REQUIRE(model_choose(split, leader, flat, m, 4096).shape == Hierarchy::Shape::Split);
+  // Timed whole (numbers of the simulated 2 nodes x 4 ranks at 4 and 64 KiB).
+  auto timed = [&](const Hierarchy &h, Hierarchy::Shape shape, double alpha, double beta) {
+    PlanFit f;
+    f.choice.shape = shape;
+    f.choice.top_rd = true;
+    f.choice = model_stage_algos(h, m, f.choice, 4096);
+    f.alpha = alpha;
+    f.beta = beta;
+    return f;
+  };
+  m.plan_fits = {timed(split, Hierarchy::Shape::Split, 800e-6, 11e-9),
+                 timed(leader, Hierarchy::Shape::Leader, 500e-6, 18e-9)};
+  m.plan_fit_max = 64 << 10;
+  Prediction p;
+  const PlanChoice small = model_choose(split, leader, flat, m, 4096, &p);
+  REQUIRE(small.shape == Hierarchy::Shape::Leader);
+  REQUIRE(small.top_rd);
+  REQUIRE(small.chunk_bytes == 0);
+  REQUIRE(small.stage_algos == m.plan_fits[1].choice.stage_algos);
+  REQUIRE(p.timed_plan);
+  REQUIRE(p.seconds == Approx(500e-6 + 4096 * 18e-9));
+  // The fitted lines cross at 300 us / 7 ns/B = 43 KiB.
+  REQUIRE(model_choose(split, leader, flat, m, 32 << 10).shape == Hierarchy::Shape::Leader);
+  REQUIRE(model_choose(split, leader, flat, m, 60 << 10, &p).shape == Hierarchy::Shape::Split);
+  REQUIRE(p.timed_plan);
+  // Beyond the largest timed size, and for other algorithms or chunked plans, the stage fits.
+  model_choose(split, leader, flat, m, 128 << 10, &p);
+  REQUIRE_FALSE(p.timed_plan);
+  PlanChoice other = small;
+  other.stage_algos.assign(other.stage_algos.size(), Algo::Direct);
+  REQUIRE_FALSE(predict(leader, m, other, 4096).timed_plan);
+  PlanChoice chunked = small;
+  chunked.chunk_bytes = 1024;
+  REQUIRE_FALSE(predict(leader, m, chunked, 4096).timed_plan);
+
+  // The model file keeps them.
+  const std::string sig = model_signature(split);
+  CostModel back;
+  bool matches = false;
+  REQUIRE(model_parse(model_serialize(m, sig), sig, &back, &matches) == BC_OK);
+  REQUIRE(matches);
+  REQUIRE(back.plan_fit_max == m.plan_fit_max);
+  REQUIRE(back.plan_fits.size() == 2);
+  for (size_t i = 0; i < 2; ++i) {
+    REQUIRE(back.plan_fits[i].choice.shape == m.plan_fits[i].choice.shape);
+    REQUIRE(back.plan_fits[i].choice.top_rd == m.plan_fits[i].choice.top_rd);
+    REQUIRE(back.plan_fits[i].choice.stage_algos == m.plan_fits[i].choice.stage_algos);
+    REQUIRE(back.plan_fits[i].alpha == Approx(m.plan_fits[i].alpha).epsilon(1e-8));
+    REQUIRE(back.plan_fits[i].beta == Approx(m.plan_fits[i].beta).epsilon(1e-8));
+  }
+  REQUIRE(model_choose(split, leader, flat, back, 4096).shape == Hierarchy::Shape::Leader);
+  for (const char *bad : {"bcmodel 1\nplan 1e-4 1e-9\n", "bcmodel 1\nplan 1e-4 1e-9 shape=round\n",
+                          "bcmodel 1\nplan -1 1e-9 shape=split,algo=ring/ring,top=rd\n", "bcmodel 1\nplanmax -4\n"}) {
+    INFO(bad);
+    REQUIRE(model_parse(bad, sig, &back, &matches) == BC_ERR_PARAM);
+    REQUIRE(std::string(last_error()).find("model file line 2") != std::string::npos);
+  }
+}
+
 TEST_CASE("BC_PLAN rules take one algorithm per stage", "[cost][rules]") {
   std::vector<PlanRule> rules;
   REQUIRE(plan_rules_parse("1M-:algo=rhd/ring,chunk=1M", &rules) == BC_OK);

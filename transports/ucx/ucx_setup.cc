@@ -93,6 +93,14 @@ Status UcxTransport::init_local(const TransportSetup &setup) {
   // UCX reads its own UCX_* variables (UCX_TLS, UCX_NET_DEVICES ...) here.
   ucs_status_t s = ucp_config_read(nullptr, nullptr, &config);
   if (s != UCS_OK) return BC_FAIL(BC_ERR_NOT_SUPPORTED, "ucp_config_read failed: %s", ucs_status_string(s));
+  if (!std::getenv("UCX_RNDV_THRESH")) {  // the user's UCX setting wins (docs: BC_UCX_RNDV_THRESH)
+    const std::string thresh = std::to_string(static_cast<long long>(rndv_thresh_));
+    s = ucp_config_modify(config, "RNDV_THRESH", thresh.c_str());
+    if (s != UCS_OK) {
+      ucp_config_release(config);
+      return BC_FAIL(BC_ERR_PARAM, "BC_UCX_RNDV_THRESH=%s: UCX refused it: %s", thresh.c_str(), ucs_status_string(s));
+    }
+  }
   ucp_params_t params;
   std::memset(&params, 0, sizeof params);
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
@@ -171,6 +179,7 @@ Status ucx_transport_create(const TransportSetup &setup, std::unique_ptr<Transpo
   t->size_ = setup.size;
   if (setup.params) {
     t->event_mode_ = setup.params->get_str(ParamId::UcxWait) == "event";
+    t->rndv_thresh_ = setup.params->get_int(ParamId::UcxRndvThresh);
     const int64_t timeout = setup.params->get_int(ParamId::Timeout);
     if (timeout > 0 && timeout < t->close_timeout_ms_) t->close_timeout_ms_ = static_cast<int>(timeout);
   }

@@ -119,6 +119,7 @@ class UcxTransport final : public Transport {
   int rank_ = 0;
   int size_ = 0;
   bool event_mode_ = false;
+  int64_t rndv_thresh_ = 512 << 10;  // BC_UCX_RNDV_THRESH
   int close_timeout_ms_ = 1000;
   ucp_context_h context_ = nullptr;
   ucp_worker_h worker_ = nullptr;
