@@ -315,11 +315,12 @@ Status comm_plan(bc_comm *c, CollKind kind, bool average, int64_t count, const P
 
 namespace {
 
-// Checks the arguments, takes the communicator's lock, places the input in the work buffer and builds the
-// started Operation. *work_out: the work buffer (for reduce_scatter's finish).
-// *dev_work_out: a device work buffer from the pool, for the caller to release
-// (reduce_scatter on device buffers); set before any failure after it is taken.
-// `lock` is taken once `c` is known to be live (nothing without a progress thread).
+// Checks the arguments, takes `lock` once `c` is known to be live (nothing is
+// taken without a progress thread), places the input in the work buffer and
+// builds the started Operation. *work_out: the work buffer (for
+// reduce_scatter's finish). *dev_work_out: a device work buffer from the pool,
+// for the caller to release (reduce_scatter on device buffers); set before any
+// failure after it is taken.
 Status start(bc_comm *c, const CollArgs &a, CommLock *lock, std::unique_ptr<Operation> *op_out,
              unsigned char **work_out, void **dev_work_out = nullptr) {
   BC_CHECK(comm_check(c));
