@@ -5,6 +5,7 @@
 #include <set>
 #include <sstream>
 
+#include "api/progress_thread.h"
 #include "core/log.h"
 #include "reduce/reduce.h"
 #include "core/blocks.h"
@@ -67,6 +68,19 @@ Status select_transports(bc_comm *c) {
   return BC_OK;
 }
 
+// Last step of the creation: the thread starts once everything it uses is up.
+Status progress_setup(bc_comm *c) {
+  bool mpi_peers = false;
+  for (int r = 0; r < c->size; ++r)
+    if (r != c->rank && std::strcmp(c->peer_transport[r]->name(), "mpi") == 0) mpi_peers = true;
+  int level = MPI_THREAD_SINGLE;
+  BC_MPI_CHECK(MPI_Query_thread(&level));
+  BC_CHECK(progress_thread_allowed(mpi_peers, level));
+  c->progress.reset(new ProgressThread(c));
+  BC_CHECK(c->progress->start());
+  return BC_OK;
+}
+
 Status comm_setup(bc_comm *c) {
   BC_CHECK(topo_detect(c->mpi, c->params, &c->topo));
   c->hier = Hierarchy::build(c->topo);
@@ -78,6 +92,7 @@ Status comm_setup(bc_comm *c) {
   if (c->rank == 0 && log_enabled(LogLevel::Info, LogSys::Plan))
     BC_INFO(Plan, "%s", c->hier.describe(c->size * 1024, 4).c_str());
   BC_CHECK(agree(c->mpi, model_setup(c), "cost model"));
+  if (c->params.get_int(ParamId::ProgressThread)) BC_CHECK(agree(c->mpi, progress_setup(c), "BC_PROGRESS_THREAD"));
   return BC_OK;
 }
 
@@ -174,6 +189,7 @@ Status comm_create(MPI_Comm comm, const char *options, bc_comm **out) {
   Status st = comm_setup(c.get());
   if (st != BC_OK) {
     trail(st, __FILE__, __LINE__);
+    c->progress.reset();
     c->transports.clear();
     MPI_Comm_free(&c->mpi);
     return st;
@@ -197,6 +213,7 @@ Status comm_destroy(bc_comm *comm) {
     g_live.erase(comm);
   }
   comm->magic = 0;
+  comm->progress.reset();  // joins the thread: nothing uses the transports after this
   comm->dev_transports.clear();  // they wrap the host transports: first
   comm->dev_pool.clear();
   comm->transports.clear();
@@ -298,13 +315,16 @@ Status comm_plan(bc_comm *c, CollKind kind, bool average, int64_t count, const P
 
 namespace {
 
-// Checks the arguments, places the input in the work buffer and builds the
-// started Operation. *work_out: the work buffer (for reduce_scatter's finish).
-// *dev_work_out: a device work buffer from the pool, for the caller to release
-// (reduce_scatter on device buffers); set before any failure after it is taken.
-Status start(bc_comm *c, const CollArgs &a, std::unique_ptr<Operation> *op_out, unsigned char **work_out,
-             void **dev_work_out = nullptr) {
+// Checks the arguments, takes `lock` once `c` is known to be live (nothing is
+// taken without a progress thread), places the input in the work buffer and
+// builds the started Operation. *work_out: the work buffer (for
+// reduce_scatter's finish). *dev_work_out: a device work buffer from the pool,
+// for the caller to release (reduce_scatter on device buffers); set before any
+// failure after it is taken.
+Status start(bc_comm *c, const CollArgs &a, CommLock *lock, std::unique_ptr<Operation> *op_out,
+             unsigned char **work_out, void **dev_work_out = nullptr) {
   BC_CHECK(comm_check(c));
+  lock->take(c);
   if (c->broken)
     return BC_FAIL(BC_ERR_INVALID_COMM, "the communicator is broken by an earlier failure; destroy it");
   if (a.count < 0)
@@ -392,20 +412,21 @@ Status start(bc_comm *c, const CollArgs &a, std::unique_ptr<Operation> *op_out, 
   return BC_OK;
 }
 
-void mark_broken_on(bc_comm *c, Status st) {
+}  // namespace
+
+void comm_mark_broken_on(bc_comm *c, Status st) {
   if (st == BC_ERR_TIMEOUT || st == BC_ERR_TRANSPORT || st == BC_ERR_MPI) c->broken = true;
 }
 
-}  // namespace
-
 Status comm_run(bc_comm *c, const CollArgs &a) {
+  CommLock lock;  // held to the end, past the device pool's release
   std::unique_ptr<Operation> op;
   unsigned char *work = nullptr;
   void *dev_work = nullptr;
-  Status st = start(c, a, &op, &work, &dev_work);
+  Status st = start(c, a, &lock, &op, &work, &dev_work);
   if (st == BC_OK && op) {
     st = op->wait();
-    mark_broken_on(c, st);
+    comm_mark_broken_on(c, st);
     if (st == BC_OK) c->last_stage_seconds = op->stage_seconds();
     op.reset();  // gives its device scratch back to the pool
     if (st == BC_OK && a.kind == CollKind::ReduceScatter) {
@@ -423,18 +444,59 @@ Status comm_run(bc_comm *c, const CollArgs &a) {
   return BC_OK;
 }
 
+namespace {
+
+// The progress thread takes a device request: it needs the starting thread's
+// device, and the cuda transport exchanges its descriptors over MPI.
+Status prepare_threaded_device(bc_request *req) {
+  int level = MPI_THREAD_SINGLE;
+  BC_MPI_CHECK(MPI_Query_thread(&level));
+  if (level < MPI_THREAD_MULTIPLE)
+    return BC_FAIL(BC_ERR_NOT_SUPPORTED,
+                   "device buffers with BC_PROGRESS_THREAD need MPI_THREAD_MULTIPLE (the cuda transport sends "
+                   "its descriptors over MPI from the thread); initialise MPI with MPI_Init_thread");
+  BC_CHECK(cuda_current_device(&req->device));
+  return BC_OK;
+}
+
+}  // namespace
+
 Status comm_start_allreduce(bc_comm *c, const CollArgs &a, bc_request **out) {
   if (!out) return BC_FAIL(BC_ERR_INVALID_ARG, "the request pointer is NULL");
   *out = nullptr;
+  CommLock lock;  // declared first: the request (and its operation) go before it is released
   std::unique_ptr<bc_request> req(new bc_request);
   unsigned char *work = nullptr;
-  BC_CHECK(start(c, a, &req->op, &work));
+  BC_CHECK(start(c, a, &lock, &req->op, &work));
   req->magic = kRequestMagic;
   req->comm = c;
+  if (req->op && c->progress) {
+    if (c->cur_mem == BC_MEM_CUDA) BC_CHECK(prepare_threaded_device(req.get()));
+    req->threaded = true;
+    c->progress->submit(req.get());
+  }
   if (req->op) ++c->inflight;
   *out = req.release();
   return BC_OK;
 }
+
+namespace {
+
+// A request the progress thread works on: done once the thread has set its
+// flag; bc_wait sleeps until then. Touches no transport.
+Status threaded_progress(bc_request *req, bool block, bool *finished) {
+  if (block && !req->done.load(std::memory_order_acquire)) {
+    CommLock lock;
+    lock.take(req->comm);
+    req->comm->progress->wait_done(req, lock.get());
+  }
+  *finished = req->done.load(std::memory_order_acquire);
+  if (!*finished || req->status == BC_OK) return BC_OK;
+  // The thread's message, raised again on the caller's thread for bc_last_error().
+  return BC_FAIL(req->status, "%s", req->error.c_str());
+}
+
+}  // namespace
 
 Status request_progress(bc_request **reqp, bool block, bool *done) {
   if (!reqp || !*reqp) return BC_FAIL(BC_ERR_INVALID_ARG, "the request is NULL");
@@ -442,17 +504,22 @@ Status request_progress(bc_request **reqp, bool block, bool *done) {
   if (req->magic != kRequestMagic) return BC_FAIL(BC_ERR_INVALID_ARG, "not a live request");
   Status st = BC_OK;
   bool finished = true;
-  if (req->op) {
+  const bool counted = req->op || req->threaded;  // in comm->inflight
+  if (req->threaded) {
+    BC_CHECK(comm_check(req->comm));
+    st = threaded_progress(req, block, &finished);
+    if (finished && st == BC_OK) req->comm->last_stage_seconds = req->stage_seconds;
+  } else if (req->op) {
     BC_CHECK(comm_check(req->comm));
     st = block ? req->op->wait() : req->op->progress(&finished);
     if (block) finished = true;
-  }
-  if (st != BC_OK || finished) {
-    if (req->op) {
-      --req->comm->inflight;
-      mark_broken_on(req->comm, st);
+    if (st != BC_OK || finished) {
+      comm_mark_broken_on(req->comm, st);
       if (st == BC_OK) req->comm->last_stage_seconds = req->op->stage_seconds();
     }
+  }
+  if (st != BC_OK || finished) {
+    if (counted) --req->comm->inflight;
     req->magic = 0;
     delete req;
     *reqp = nullptr;
@@ -494,3 +561,4 @@ Status comm_describe(bc_comm *c, int64_t count, bc_dtype_t dtype, std::string *o
 }  // namespace bc
 
 bc_request::~bc_request() = default;
+bc_comm::~bc_comm() { progress.reset(); }

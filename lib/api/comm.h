@@ -3,9 +3,11 @@
 
 #include <mpi.h>
 
+#include <atomic>
 #include <list>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -19,7 +21,13 @@
 #include "topo/topo.h"
 #include "transports/transport.h"
 
+namespace bc {
+class Operation;
+class ProgressThread;
+}  // namespace bc
+
 struct bc_comm {
+  ~bc_comm();  // stops the progress thread first
   uint64_t magic = 0;
   MPI_Comm mpi = MPI_COMM_NULL;  // private duplicate: our traffic never meets the caller's
   int rank = 0;
@@ -54,18 +62,28 @@ struct bc_comm {
   using PlanKey = std::tuple<int, bool, int64_t, int, uint64_t, bool>;
   // Shared: an operation in flight keeps its plans alive if the cache drops them.
   std::list<std::pair<PlanKey, std::shared_ptr<const bc::Program>>> plans;
-  int inflight = 0;  // non-blocking operations not yet completed
-};
+  int inflight = 0;  // non-blocking operations not yet completed (by bc_test/bc_wait)
 
-namespace bc {
-class Operation;
-}
+  // BC_PROGRESS_THREAD (lib/api/progress_thread.h). While the thread runs, the
+  // mutex guards the transports, the operations and the device pool; callers
+  // take it with a CommLock. Null: no thread, no locking.
+  std::mutex mutex;
+  std::unique_ptr<bc::ProgressThread> progress;  // last: stopped before the rest goes
+};
 
 // A non-blocking collective (bc_iallreduce), until bc_test/bc_wait completes it.
 struct bc_request {
   uint64_t magic = 0;
   bc_comm *comm = nullptr;
   std::unique_ptr<bc::Operation> op;
+  // Handed to the progress thread: it fills status, error and stage_seconds,
+  // frees op, then sets done (release); the caller reads them after done.
+  bool threaded = false;
+  std::atomic<bool> done{false};
+  bc::Status status = BC_OK;
+  std::string error;  // the thread's bc_last_error() text, without its status prefix
+  std::vector<double> stage_seconds;
+  int device = -1;  // device buffers: the starting thread's CUDA device
   ~bc_request();
 };
 
@@ -116,6 +134,8 @@ struct CollArgs {
 Status comm_run(bc_comm *comm, const CollArgs &args);
 // Non-blocking all-reduce: the operation is returned started.
 Status comm_start_allreduce(bc_comm *comm, const CollArgs &args, bc_request **out);
+// After a failure of an operation on `comm`: timeouts, transport and MPI errors break it.
+void comm_mark_broken_on(bc_comm *comm, Status st);
 // Progresses a request; *done when finished (then the request is freed and
 // *req set to NULL). With `block`, waits for it (BC_TIMEOUT applies).
 Status request_progress(bc_request **req, bool block, bool *done);

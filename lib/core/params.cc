@@ -114,6 +114,14 @@ const ParamDef kParamDefs[] = {
     {ParamId::CudaStagingBufs, "BC_CUDA_STAGING_BUFS", ParamType::Int, "8", nullptr,
      "Device buffers crossing nodes (CUDA builds): pinned bounce buffers per direction (sends, "
      "receives), at least 2 so that a copy overlaps the previous piece's network transfer."},
+    {ParamId::ProgressThread, "BC_PROGRESS_THREAD", ParamType::Bool, "0", nullptr,
+     "Non-blocking all-reduce: 1 gives each communicator a thread that advances bc_iallreduce "
+     "requests while the caller computes; bc_test then only reads a flag and bc_wait sleeps until "
+     "the thread has finished the request. The thread sleeps while no request is in flight and "
+     "polls (spinning BC_SPIN_COUNT times, then yielding) while one is; blocking calls on the "
+     "communicator take it over meanwhile. Read at communicator creation. With the mpi transport "
+     "it needs MPI initialised with MPI_Init_thread(MPI_THREAD_MULTIPLE); otherwise the creation "
+     "fails (use shm or ucx). 0: progress happens only inside bc_test, bc_wait and blocking calls."},
 };
 static_assert(sizeof(kParamDefs) / sizeof(kParamDefs[0]) == static_cast<size_t>(ParamId::Count),
               "one row per ParamId");

@@ -40,6 +40,7 @@ enum class ParamId : int {
   CudaIpcCache, // BC_CUDA_IPC_CACHE
   CudaStagingChunk, // BC_CUDA_STAGING_CHUNK
   CudaStagingBufs,  // BC_CUDA_STAGING_BUFS
+  ProgressThread,   // BC_PROGRESS_THREAD
   Count
 };
 

@@ -135,4 +135,16 @@ void cuda_host_free(void *p) {
   }
 }
 
+Status cuda_current_device(int *dev) {
+  cudaError_t e = cudaGetDevice(dev);
+  if (e != cudaSuccess) return cuda_fail(e, "cudaGetDevice");
+  return BC_OK;
+}
+
+Status cuda_set_device(int dev) {
+  cudaError_t e = cudaSetDevice(dev);
+  if (e != cudaSuccess) return cuda_fail(e, "cudaSetDevice");
+  return BC_OK;
+}
+
 }  // namespace bc

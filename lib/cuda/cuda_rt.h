@@ -41,6 +41,10 @@ Status cuda_malloc(void **p, size_t bytes);
 void cuda_free(void *p);  // null is fine; errors are logged, not returned
 Status cuda_host_alloc(void **p, size_t bytes);  // pinned
 void cuda_host_free(void *p);
+// The calling thread's current device (CUDA's is per thread): the progress
+// thread takes the device of the thread that started a request.
+Status cuda_current_device(int *dev);
+Status cuda_set_device(int dev);
 
 // Device memory reused across collectives of one communicator: scratch and
 // the reduce-scatter work buffer, kept by size and freed at destroy.

@@ -26,5 +26,7 @@ Status cuda_malloc(void **, size_t) { return BC_FAIL(BC_ERR_NOT_SUPPORTED, "%s",
 void cuda_free(void *) {}
 Status cuda_host_alloc(void **, size_t) { return BC_FAIL(BC_ERR_NOT_SUPPORTED, "%s", kNoCuda); }
 void cuda_host_free(void *) {}
+Status cuda_current_device(int *) { return BC_FAIL(BC_ERR_NOT_SUPPORTED, "%s", kNoCuda); }
+Status cuda_set_device(int) { return BC_FAIL(BC_ERR_NOT_SUPPORTED, "%s", kNoCuda); }
 
 }  // namespace bc

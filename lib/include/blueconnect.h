@@ -132,15 +132,21 @@ bc_status_t bc_allreduce_mem(const void *sendbuf, void *recvbuf, int64_t count,
                              bc_comm_t comm);
 
 /* Non-blocking all-reduce. The buffers must stay untouched until bc_test
- * reports completion or bc_wait returns. Progress happens inside bc_test and
- * bc_wait (and inside blocking calls on the same communicator); call bc_test
- * now and then while computing. Calls on one communicator must be issued in
- * the same order on every rank, as in MPI. */
+ * reports completion or bc_wait returns. Calls on one communicator must be
+ * issued in the same order on every rank, as in MPI.
+ * By default progress happens inside bc_test and bc_wait; call bc_test now
+ * and then while computing. With BC_PROGRESS_THREAD=1 (environment, or
+ * bc_comm_create_with options) the communicator has its own thread that
+ * advances the operation while the caller computes; with the mpi transport
+ * that needs MPI_Init_thread(MPI_THREAD_MULTIPLE), else the creation fails. */
 bc_status_t bc_iallreduce(const void *sendbuf, void *recvbuf, int64_t count,
                           bc_dtype_t dtype, bc_op_t op, bc_comm_t comm,
                           bc_request_t *request);
 /* *done becomes 1 when the operation has completed; the request is then freed
- * and *request set to NULL. A failure also frees it. */
+ * and *request set to NULL. A failure also frees it. With the progress thread
+ * bc_test only looks at the request (it never blocks and moves no data); a
+ * failure found by the thread is returned here (or by bc_wait), with its
+ * message in bc_last_error(). bc_wait then sleeps until the thread is done. */
 bc_status_t bc_test(bc_request_t *request, int *done);
 /* Waits for completion (at most BC_TIMEOUT without progress), frees the
  * request and sets *request to NULL. */

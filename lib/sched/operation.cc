@@ -93,10 +93,44 @@ Status Operation::progress(bool *done) {
   return BC_OK;
 }
 
+bool IdleTracker::moved(uint64_t completions) {
+  if (completions == last_seen_) return false;
+  last_seen_ = completions;
+  last_move_ = Clock::now();
+  idle_polls_ = 0;
+  return true;
+}
+
+int64_t IdleTracker::since_move_ms() const {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - last_move_).count();
+}
+
+int64_t IdleTracker::rest_ms(int64_t cap_ms) const {
+  if (timeout_ms_ <= 0) return cap_ms;
+  return std::max<int64_t>(1, std::min<int64_t>(cap_ms, timeout_ms_ - since_move_ms() + 1));
+}
+
+bool IdleTracker::timed_out() const { return timeout_ms_ > 0 && since_move_ms() > timeout_ms_; }
+
+uint64_t Operation::completions() const {
+  uint64_t seen = retired_completions_;
+  for (const Slot &s : slots_)
+    if (s.exec) seen += s.exec->completions();
+  return seen;
+}
+
+Status Operation::fail_timeout() {
+  std::string what;
+  for (const Slot &s : slots_)
+    if (s.exec) { what = s.exec->pending(); break; }
+  cancel();
+  return BC_FAIL(BC_ERR_TIMEOUT, "no progress for %lld ms (BC_TIMEOUT); chunk %lld of %lld waits in%s",
+                 static_cast<long long>(ctx_.timeout_ms), static_cast<long long>(finished_chunks_ + 1),
+                 static_cast<long long>(nchunks_), what.c_str());
+}
+
 Status Operation::wait() {
-  int64_t idle_polls = 0;
-  uint64_t last_seen = UINT64_MAX;
-  Clock::time_point last_move = Clock::now();
+  IdleTracker idle(ctx_.spin_count, ctx_.timeout_ms);
   for (;;) {
     bool done = false;
     Status st = progress(&done);
@@ -105,25 +139,10 @@ Status Operation::wait() {
       BC_CHECK(st);
     }
     if (done) return BC_OK;
-    uint64_t seen = retired_completions_;
-    for (const Slot &s : slots_)
-      if (s.exec) seen += s.exec->completions();
-    if (seen != last_seen) {
-      last_seen = seen;
-      last_move = Clock::now();
-      idle_polls = 0;
-      continue;
-    }
-    if (++idle_polls < ctx_.spin_count) continue;
-    idle_polls = 0;
+    if (idle.moved(completions()) || !idle.should_rest()) continue;
     if (ctx_.sleeper) {
-      int64_t ms = 100;  // bounded: the timeout below still gets checked
-      if (ctx_.timeout_ms > 0) {
-        int64_t left = ctx_.timeout_ms -
-                       std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - last_move).count();
-        ms = std::max<int64_t>(1, std::min<int64_t>(ms, left + 1));
-      }
-      Status ws = ctx_.sleeper->idle_wait(static_cast<int>(ms));
+      // Bounded: the timeout below still gets checked.
+      Status ws = ctx_.sleeper->idle_wait(static_cast<int>(idle.rest_ms(100)));
       if (ws != BC_OK) {
         cancel();
         BC_CHECK(ws);
@@ -131,16 +150,7 @@ Status Operation::wait() {
     } else {
       sched_yield();
     }
-    if (ctx_.timeout_ms > 0 &&
-        std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - last_move).count() > ctx_.timeout_ms) {
-      std::string what;
-      for (const Slot &s : slots_)
-        if (s.exec) { what = s.exec->pending(); break; }
-      cancel();
-      return BC_FAIL(BC_ERR_TIMEOUT, "no progress for %lld ms (BC_TIMEOUT); chunk %lld of %lld waits in%s",
-                     static_cast<long long>(ctx_.timeout_ms), static_cast<long long>(finished_chunks_ + 1),
-                     static_cast<long long>(nchunks_), what.c_str());
-    }
+    if (idle.timed_out()) return fail_timeout();
   }
 }
 

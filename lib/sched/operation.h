@@ -16,12 +16,45 @@
 // when nothing moved for BC_TIMEOUT.
 #pragma once
 
+#include <chrono>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "sched/executor.h"
 
 namespace bc {
+
+// The waiting policy of everything that polls operations (Operation::wait and
+// the progress thread, lib/api/progress_thread.cc): did anything move since
+// the last poll, is it time to rest the core, and has nothing moved for longer
+// than BC_TIMEOUT.
+class IdleTracker {
+ public:
+  IdleTracker(int64_t spin_count, int64_t timeout_ms)
+      : spin_count_(spin_count), timeout_ms_(timeout_ms), last_move_(std::chrono::steady_clock::now()) {}
+  // After a poll that saw `completions` in total: true when that is more than before.
+  bool moved(uint64_t completions);
+  // After a poll where nothing moved: true once every spin_count such polls
+  // (then rest: yield or sleep, and check timed_out()).
+  bool should_rest() {
+    if (++idle_polls_ < spin_count_) return false;
+    idle_polls_ = 0;
+    return true;
+  }
+  // How long a rest may sleep: at most cap_ms, and not past the timeout.
+  int64_t rest_ms(int64_t cap_ms) const;
+  bool timed_out() const;
+  int64_t timeout_ms() const { return timeout_ms_; }
+
+ private:
+  int64_t since_move_ms() const;
+  int64_t spin_count_;
+  int64_t timeout_ms_;  // 0: never
+  int64_t idle_polls_ = 0;
+  uint64_t last_seen_ = UINT64_MAX;
+  std::chrono::steady_clock::time_point last_move_;
+};
 
 class Operation {
  public:
@@ -36,6 +69,12 @@ class Operation {
   Status progress(bool *done);
   Status wait();
   void cancel();
+  // Transfers completed so far (finished chunks and those in flight): grows
+  // whenever anything moved.
+  uint64_t completions() const;
+  // Cancels and fails with BC_ERR_TIMEOUT, saying where the operation waits.
+  Status fail_timeout();
+  const ExecContext &context() const { return ctx_; }
   // Seconds per stage, summed over chunks (chunks overlap, so the sum can
   // exceed the wall time).
   std::vector<double> stage_seconds() const { return stage_seconds_; }

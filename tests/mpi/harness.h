@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -144,6 +145,27 @@ class Guarded {
  private:
   size_t bytes_;
   std::vector<unsigned char> mem_;
+};
+
+// Fills rank r's input for (dtype, op) and returns the buffer; checks a result.
+struct Case {
+  bc_dtype_t dtype;
+  bc_op_t op;
+  int64_t count;
+  std::unique_ptr<Guarded> buf;
+  void fill(int r, int p) {
+    buf.reset(new Guarded(bc_dtype_size(dtype) * count));
+    for (int64_t i = 0; i < count; ++i) put(buf->data(), dtype, i, input_value(op, dtype, r, p, i));
+  }
+  bool right(int p) {
+    const size_t es = bc_dtype_size(dtype);
+    std::vector<unsigned char> want(es);
+    for (int64_t i = 0; i < count; ++i) {
+      put(want.data(), dtype, 0, expected_value(op, dtype, p, i));
+      if (std::memcmp(want.data(), static_cast<unsigned char *>(buf->data()) + i * es, es) != 0) return false;
+    }
+    return buf->guards_intact();
+  }
 };
 
 }  // namespace bctest

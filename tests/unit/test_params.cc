@@ -5,6 +5,7 @@
 
 #include "core/log.h"
 #include "core/params.h"
+#include "api/progress_thread.h"
 
 using namespace bc;
 
@@ -90,4 +91,15 @@ TEST_CASE("BC_DEBUG syntax", "[params][log]") {
   REQUIRE(log_configure("", "", false, &bad));
   REQUIRE(log_enabled(LogLevel::Warn, LogSys::Api));
   REQUIRE_FALSE(log_enabled(LogLevel::Info, LogSys::Api));
+}
+
+TEST_CASE("BC_PROGRESS_THREAD: off by default; with mpi peers only under MPI_THREAD_MULTIPLE", "[params][progress]") {
+  ParamSet ps;
+  REQUIRE(ps.get_int(ParamId::ProgressThread) == 0);
+  REQUIRE(ps.apply_overrides("BC_PROGRESS_THREAD=1") == BC_OK);
+  REQUIRE(ps.get_int(ParamId::ProgressThread) == 1);
+  REQUIRE(progress_thread_allowed(false, MPI_THREAD_SINGLE) == BC_OK);
+  REQUIRE(progress_thread_allowed(true, MPI_THREAD_MULTIPLE) == BC_OK);
+  REQUIRE(progress_thread_allowed(true, MPI_THREAD_SERIALIZED) == BC_ERR_NOT_SUPPORTED);
+  REQUIRE(std::string(last_error()).find("MPI_Init_thread(MPI_THREAD_MULTIPLE)") != std::string::npos);
 }

@@ -1,0 +1,171 @@
+#include "api/progress_thread.h"
+
+#include <mpi.h>
+#include <sched.h>
+
+#include <cstring>
+#include <exception>
+#include <new>
+
+#include "core/log.h"
+#include "cuda/cuda_rt.h"
+
+namespace bc {
+
+Status progress_thread_allowed(bool mpi_peers, int mpi_thread_level) {
+  if (!mpi_peers || mpi_thread_level >= MPI_THREAD_MULTIPLE) return BC_OK;
+  return BC_FAIL(BC_ERR_NOT_SUPPORTED,
+                 "BC_PROGRESS_THREAD needs MPI_THREAD_MULTIPLE with the mpi transport (its thread calls MPI); "
+                 "initialise MPI with MPI_Init_thread(MPI_THREAD_MULTIPLE), or use the shm or ucx transport");
+}
+
+ProgressThread::ProgressThread(bc_comm *comm)
+    : comm_(comm), spin_count_(std::max<int64_t>(1, comm->params.get_int(ParamId::SpinCount))) {}
+
+ProgressThread::~ProgressThread() { stop(); }
+
+Status ProgressThread::start() {
+  try {
+    thread_ = std::thread([this] { loop(); });
+  } catch (const std::exception &e) {
+    return BC_FAIL(BC_ERR_INTERNAL, "BC_PROGRESS_THREAD: cannot start the thread: %s", e.what());
+  }
+  return BC_OK;
+}
+
+void ProgressThread::stop() {
+  if (!thread_.joinable()) return;
+  {
+    std::unique_lock<std::mutex> lock = caller_lock();
+    stop_ = true;
+  }
+  work_cv_.notify_all();
+  thread_.join();
+  fail_all(BC_ERR_INVALID_COMM, "the communicator was freed with the operation in flight");
+}
+
+std::unique_lock<std::mutex> ProgressThread::caller_lock() {
+  callers_.fetch_add(1, std::memory_order_acq_rel);
+  std::unique_lock<std::mutex> lock(comm_->mutex);
+  callers_.fetch_sub(1, std::memory_order_acq_rel);
+  return lock;
+}
+
+void ProgressThread::submit(bc_request *req) {
+  active_.push_back(Active{req, IdleTracker(spin_count_, req->op->context().timeout_ms)});
+  work_cv_.notify_one();
+}
+
+void ProgressThread::wait_done(bc_request *req, std::unique_lock<std::mutex> &lock) {
+  done_cv_.wait(lock, [req] { return req->done.load(std::memory_order_acquire); });
+}
+
+void ProgressThread::finish(size_t index, Status st) {
+  bc_request *req = active_[index].req;
+  if (st == BC_OK) {
+    req->stage_seconds = req->op->stage_seconds();
+  } else {
+    // The thread's message, for the caller to raise again (its "code: " head is added back then).
+    const char *msg = last_error();
+    const char *head = bc_strerror(st);
+    const size_t n = std::strlen(head);
+    if (std::strncmp(msg, head, n) == 0 && std::strncmp(msg + n, ": ", 2) == 0) msg += n + 2;
+    req->error = msg;
+    clear_error();
+    comm_mark_broken_on(comm_, st);
+  }
+  req->status = st;
+  req->op.reset();  // cancels what is left, gives device scratch back to the pool
+  active_.erase(active_.begin() + static_cast<std::ptrdiff_t>(index));
+  req->done.store(true, std::memory_order_release);  // the last touch: the caller may free it now
+  done_cv_.notify_all();
+}
+
+void ProgressThread::fail_all(Status st, const std::string &why) {
+  while (!active_.empty()) {
+    BC_FAIL(st, "progress thread: %s", why.c_str());
+    finish(active_.size() - 1, st);
+  }
+}
+
+bool ProgressThread::pass(bool rest) {
+  bool moved = false;
+  for (size_t i = 0; i < active_.size();) {
+    Active &a = active_[i];
+    Status st = BC_OK;
+    bool done = false;
+    try {
+      if (a.req->device >= 0 && a.req->device != device_) {
+        st = cuda_set_device(a.req->device);
+        if (st == BC_OK) device_ = a.req->device;
+      }
+      if (st == BC_OK) st = a.req->op->progress(&done);
+      if (st == BC_OK && !done) {
+        if (a.idle.moved(a.req->op->completions())) moved = true;
+        else if (rest && a.idle.timed_out()) st = a.req->op->fail_timeout();
+      }
+    } catch (const std::bad_alloc &) {
+      st = BC_FAIL(BC_ERR_NO_MEMORY, "progress thread: out of memory");
+    } catch (const std::exception &e) {
+      st = BC_FAIL(BC_ERR_INTERNAL, "progress thread: unexpected exception: %s", e.what());
+    } catch (...) {
+      st = BC_FAIL(BC_ERR_INTERNAL, "progress thread: unexpected exception");
+    }
+    if (st == BC_OK && !done) {
+      ++i;
+      continue;
+    }
+    if (st != BC_OK) trail(st, __FILE__, __LINE__);
+    moved = true;
+    finish(i, st);
+  }
+  return moved;
+}
+
+void ProgressThread::loop() {
+  std::unique_lock<std::mutex> lock(comm_->mutex, std::defer_lock);
+  int64_t idle_passes = 0;
+  for (;;) {
+    try {
+      // A caller asked for the lock: let it have it before the next pass.
+      while (callers_.load(std::memory_order_acquire) > 0) std::this_thread::yield();
+      lock.lock();
+      if (active_.empty() && !stop_) {
+        idle_passes = 0;
+        work_cv_.wait(lock, [this] { return stop_ || !active_.empty(); });
+      }
+      if (stop_) return;  // requests still active are failed by stop()
+      bool rest = false;
+      if (!pass(false)) rest = ++idle_passes >= spin_count_;
+      else idle_passes = 0;
+      Transport *sleeper = nullptr;
+      if (rest) {
+        idle_passes = 0;
+        pass(true);  // the timeouts
+        // Sleep on the event fd (briefly: the lock is held) only when every
+        // active request may; otherwise yield the core without the lock.
+        for (size_t i = 0; i < active_.size(); ++i) {
+          Transport *t = active_[i].req->op->context().sleeper;
+          if (!t || (i > 0 && t != sleeper)) {
+            sleeper = nullptr;
+            break;
+          }
+          sleeper = t;
+        }
+        if (sleeper) {
+          Status ws = sleeper->idle_wait(1);
+          if (ws != BC_OK) fail_all(ws, std::string("waiting on the transport: ") + last_error());
+        }
+      }
+      lock.unlock();
+      if (rest && !sleeper) sched_yield();
+    } catch (...) {
+      // Nothing may escape the thread: whatever is in flight fails instead.
+      if (!lock.owns_lock()) lock.lock();
+      fail_all(BC_ERR_INTERNAL, "unexpected exception in the progress thread");
+      lock.unlock();
+    }
+  }
+}
+
+}  // namespace bc

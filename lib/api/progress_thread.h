@@ -1,0 +1,90 @@
+// BC_PROGRESS_THREAD: one thread per communicator that advances the
+// non-blocking all-reduces while the caller computes.
+//
+// bc_iallreduce starts the operation (under the communicator's lock) and hands
+// it here. The thread sleeps on a condition variable while nothing is in
+// flight; otherwise it takes the lock, progresses every active request once,
+// finishes those that are done or failed, lets go of the lock, and rests as
+// Operation::wait does (BC_SPIN_COUNT polls without movement, then a yield),
+// with the same BC_TIMEOUT per request. bc_test only reads the request's done
+// flag; bc_wait sleeps until the thread sets it. Blocking calls on the
+// communicator take the lock for their whole run: the thread yields it to any
+// caller that asks (CommLock), so a caller never starves behind its passes.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "api/comm.h"
+#include "sched/operation.h"
+
+namespace bc {
+
+// The thread calls the transports, so a transport that calls MPI while it
+// progresses (mpi) needs MPI_THREAD_MULTIPLE. BC_ERR_NOT_SUPPORTED with the
+// reason when `mpi_peers` and `mpi_thread_level` is below it.
+Status progress_thread_allowed(bool mpi_peers, int mpi_thread_level);
+
+class ProgressThread {
+ public:
+  explicit ProgressThread(bc_comm *comm);
+  ~ProgressThread();  // stop()
+  ProgressThread(const ProgressThread &) = delete;
+  ProgressThread &operator=(const ProgressThread &) = delete;
+
+  Status start();
+  // Joins the thread. Requests still active (only when a communicator is
+  // freed with operations in flight, by bc_finalize) fail with BC_ERR_INVALID_COMM.
+  void stop();
+  // Hands a started request over. The caller holds the lock (CommLock).
+  void submit(bc_request *req);
+  // Blocks until the thread has finished `req`; `lock` is the caller's, held.
+  void wait_done(bc_request *req, std::unique_lock<std::mutex> &lock);
+  // The communicator's lock for a calling thread: announced, so that the
+  // thread lets it go to the caller between two passes.
+  std::unique_lock<std::mutex> caller_lock();
+
+ private:
+  struct Active {
+    bc_request *req;
+    IdleTracker idle;
+  };
+  void loop();
+  // One pass over the active requests; true when any of them moved. `rest`:
+  // also fail the ones that waited past BC_TIMEOUT.
+  bool pass(bool rest);
+  // Records the outcome in the request, drops it from the list and sets its
+  // done flag: after that the caller may free it at any moment.
+  void finish(size_t index, Status st);
+  void fail_all(Status st, const std::string &why);
+
+  bc_comm *comm_;
+  int64_t spin_count_;
+  std::condition_variable work_cv_;  // a request arrived, or stop
+  std::condition_variable done_cv_;  // a request finished
+  std::vector<Active> active_;       // under comm_->mutex
+  bool stop_ = false;                // under comm_->mutex
+  int device_ = -1;                  // the CUDA device this thread last set
+  std::atomic<int> callers_{0};      // callers waiting for the lock
+  std::thread thread_;
+};
+
+// Held by a caller while it touches the communicator's transports and
+// operations; takes nothing (one null check) when there is no progress thread.
+class CommLock {
+ public:
+  CommLock() = default;
+  void take(bc_comm *c) {
+    if (c->progress) lock_ = c->progress->caller_lock();
+  }
+  std::unique_lock<std::mutex> &get() { return lock_; }
+
+ private:
+  std::unique_lock<std::mutex> lock_;
+};
+
+}  // namespace bc
