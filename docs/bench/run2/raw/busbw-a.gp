@@ -8,7 +8,7 @@ set xrange [3276.8:2.09715e+07]
 set xtics ('4K' 4096, '8K' 8192, '16K' 16384, '32K' 32768, '64K' 65536, '128K' 131072, '256K' 262144, '512K' 524288, '1M' 1048576, '2M' 2097152, '4M' 4194304, '8M' 8388608, '16M' 16777216)
 set xlabel 'message size (bytes)'
 set ylabel 'bus bandwidth, Mbit/s (2(p-1)/p S/t, p = 8)' noenhanced
-set yrange [0:487.25]
+set yrange [0:460.84]
 set grid
 set key top left opaque box
 plot '/work/main/docs/bench/run2/raw/busbw-a.dat' using 1:2 with linespoints lw 3 lc rgb '#d62728' pt 7 title 'BlueConnect (median)', \
