@@ -5,7 +5,10 @@
 
 #include <mpi.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <string>
 
 #include "blueconnect.h"
 
@@ -20,6 +23,23 @@ inline int catch_mpi_session(int argc, char **argv) {
   }
   Catch::Session session;
   int rc = session.applyCommandLine(argc, argv);
+  // Only rank 0 writes the report. If it cannot (say, -o into a directory that
+  // does not exist), no rank runs: a rank 0 that stopped alone would leave the
+  // others waiting in the first collective forever.
+  int cannot_report = 0;
+  if (rc == 0 && rank == 0) {
+    const std::string out = session.configData().outputFilename;
+    if (!out.empty() && out != "-" && out[0] != '%') {
+      if (FILE *f = std::fopen(out.c_str(), "w")) {
+        std::fclose(f);
+      } else {
+        std::fprintf(stderr, "cannot write the test report %s: %s\n", out.c_str(), std::strerror(errno));
+        cannot_report = 1;
+      }
+    }
+  }
+  MPI_Allreduce(MPI_IN_PLACE, &cannot_report, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (cannot_report) rc = 2;
   if (rc == 0) {
     if (rank != 0) session.configData().outputFilename = "/dev/null";
     rc = session.run();
