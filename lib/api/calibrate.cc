@@ -49,9 +49,10 @@ constexpr int64_t kLarge = 64 * 1024;    // floats (256 KiB): the bandwidth poin
 constexpr int kSmallBackToBack = 8;
 constexpr int kLargeBackToBack = 2;
 // Whole plans, in one piece: the two sizes in floats (4 KiB, 64 KiB), timed
-// 8 and 4 back to back.
+// kSmallBackToBack and kPlanLargeBackToBack times back to back.
 constexpr int64_t kPlanSmall = 1024;
 constexpr int64_t kPlanLarge = 16 * 1024;
+constexpr int kPlanLargeBackToBack = 4;
 
 struct Trial {
   size_t stage;
@@ -115,7 +116,7 @@ Status calibrate_plans(bc_comm *c, CostModel *m) {
   for (Hierarchy::Shape shape : {Hierarchy::Shape::Split, Hierarchy::Shape::Leader}) {
     const Hierarchy &h = hierarchy_for(c, shape);
     for (bool top_rd : {false, true}) {
-      if (top_rd && !(is_power_of_two(h.stages.back().owners) && h.stages.back().owners > 1)) continue;
+      if (top_rd && !rd_serves(h.stages.back().owners)) continue;
       PlanFit f;
       f.choice.shape = shape;
       f.choice.top_rd = top_rd;
@@ -130,7 +131,7 @@ Status calibrate_plans(bc_comm *c, CostModel *m) {
       for (int big = 0; big < 2; ++big) {
         std::shared_ptr<const Program> prog;
         BC_CHECK(comm_plan(c, CollKind::Allreduce, false, big ? kPlanLarge : kPlanSmall, cands[i].choice, &prog));
-        BC_CHECK(time_program(c, prog, big ? 4 : 8, &buf, &mine[(i * 2 + big) * kRepeats + r]));
+        BC_CHECK(time_program(c, prog, big ? kPlanLargeBackToBack : kSmallBackToBack, &buf, &mine[(i * 2 + big) * kRepeats + r]));
       }
     }
   }
@@ -141,10 +142,10 @@ Status calibrate_plans(bc_comm *c, CostModel *m) {
       const auto first = slowest.begin() + static_cast<long>((i * 2 + big) * kRepeats);
       return median(std::vector<double>(first, first + kRepeats));
     };
-    const double t0 = pick(0), t1 = pick(1);
-    // Floors as in fit_stage: noise must not give a free plan or free bytes.
-    cands[i].beta = std::max((t1 - t0) / (b1 - b0), 1e-12);
-    cands[i].alpha = std::max(t0 - b0 * cands[i].beta, 1e-7);
+    // The whole plan as one step that moves the buffer once.
+    const CostFit fit = fit_stage(StageShape{1, 1, true}, b0, pick(0), b1, pick(1));
+    cands[i].alpha = fit.alpha;
+    cands[i].beta = fit.beta;
     m->plan_fits.push_back(cands[i]);
   }
   m->plan_fit_max = static_cast<int64_t>(b1);
@@ -164,7 +165,7 @@ Status calibrate(bc_comm *c, CostModel *out) {
     const bool top = s + 1 >= h.stages.size();  // the split's top stage, or the flat one
     std::vector<Algo> algos{Algo::Ring};
     if (q > 2) algos.push_back(Algo::Rhd);  // at q = 2 rhd is the ring
-    if (top && is_power_of_two(q) && q > 1) algos.push_back(Algo::Rd);
+    if (top && rd_serves(q)) algos.push_back(Algo::Rd);
     for (Algo a : algos) trials.push_back({s, a, kSmallPerOwner * q}), trials.push_back({s, a, kLarge});
   }
   std::vector<float> buf;

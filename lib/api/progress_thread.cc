@@ -88,7 +88,7 @@ void ProgressThread::fail_all(Status st, const std::string &why) {
   }
 }
 
-bool ProgressThread::pass(bool rest) {
+bool ProgressThread::pass(bool check_timeouts) {
   bool moved = false;
   for (size_t i = 0; i < active_.size();) {
     Active &a = active_[i];
@@ -102,7 +102,7 @@ bool ProgressThread::pass(bool rest) {
       if (st == BC_OK) st = a.req->op->progress(&done);
       if (st == BC_OK && !done) {
         if (a.idle.moved(a.req->op->completions())) moved = true;
-        else if (rest && a.idle.timed_out()) st = a.req->op->fail_timeout();
+        else if (check_timeouts && a.idle.timed_out()) st = a.req->op->fail_timeout();
       }
     } catch (const std::bad_alloc &) {
       st = BC_FAIL(BC_ERR_NO_MEMORY, "progress thread: out of memory");
@@ -135,13 +135,14 @@ void ProgressThread::loop() {
         work_cv_.wait(lock, [this] { return stop_ || !active_.empty(); });
       }
       if (stop_) return;  // requests still active are failed by stop()
-      bool rest = false;
-      if (!pass(false)) rest = ++idle_passes >= spin_count_;
-      else idle_passes = 0;
+      // The last pass of a spin also checks the timeouts; a rest follows it
+      // when nothing moved.
+      const bool last_spin = idle_passes + 1 >= spin_count_;
+      const bool moved = pass(last_spin);
+      const bool rest = !moved && last_spin;
+      idle_passes = moved || rest ? 0 : idle_passes + 1;
       Transport *sleeper = nullptr;
       if (rest) {
-        idle_passes = 0;
-        pass(true);  // the timeouts
         // Sleep on the event fd (briefly: the lock is held) only when every
         // active request may; otherwise yield the core without the lock.
         for (size_t i = 0; i < active_.size(); ++i) {

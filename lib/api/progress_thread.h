@@ -54,9 +54,9 @@ class ProgressThread {
     IdleTracker idle;
   };
   void loop();
-  // One pass over the active requests; true when any of them moved. `rest`:
-  // also fail the ones that waited past BC_TIMEOUT.
-  bool pass(bool rest);
+  // One pass over the active requests; true when any of them moved. With
+  // `check_timeouts`, the ones that did not move and waited past BC_TIMEOUT fail.
+  bool pass(bool check_timeouts);
   // Records the outcome in the request, drops it from the list and sets its
   // done flag: after that the caller may free it at any moment.
   void finish(size_t index, Status st);

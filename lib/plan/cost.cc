@@ -99,7 +99,7 @@ Prediction predict(const Hierarchy &h, const CostModel &m, const PlanChoice &cho
     const bool top = s + 1 == h.stages.size();
     Algo a = choice.algo;
     if (s < choice.stage_algos.size() && choice.stage_algos[s] != Algo::Auto) a = choice.stage_algos[s];
-    if (top && choice.top_rd && is_power_of_two(q) && q > 1) a = Algo::Rd;
+    if (top && choice.top_rd && rd_serves(q)) a = Algo::Rd;
     if (q == 1) a = Algo::Ring;  // the leader shape below the top: only the fold
     if (a == Algo::Auto) return p;  // the caller picks per stage
     const StageShape shape = stage_shape(a, q, mm);
@@ -166,7 +166,7 @@ PlanChoice model_choose(const Hierarchy &split, const Hierarchy &leader, const H
     if (shape > 0 && split.stages.size() < 2) continue;  // one level: the same plan as the split
     if (h.stages.empty()) continue;
     for (bool top_rd : {false, true}) {
-      if (top_rd && (h.stages.empty() || !is_power_of_two(h.stages.back().owners))) continue;
+      if (top_rd && !rd_serves(h.stages.back().owners)) continue;
       for (int64_t chunk : kChunks) {
         if (chunk != 0 && chunk * 2 > bytes) continue;  // fewer than two chunks: no pipeline
         if (chunk == 0 ? bytes > m.max_whole : chunk > m.max_chunk) continue;  // beyond what was measured
@@ -194,14 +194,6 @@ PlanChoice model_choose(const Hierarchy &split, const Hierarchy &leader, const H
   return best;
 }
 
-std::string plan_fit_settings(const PlanChoice &c) {
-  std::ostringstream os;
-  os << "shape=" << shape_name(c.shape) << ",algo=";
-  for (size_t s = 0; s < c.stage_algos.size(); ++s) os << (s ? "/" : "") << algo_name(c.stage_algos[s]);
-  os << ",top=" << (c.top_rd ? "rd" : "split");
-  return os.str();
-}
-
 std::string model_signature(const Hierarchy &h) {
   std::ostringstream os;
   os << "p" << h.nranks;
@@ -221,7 +213,7 @@ std::string model_serialize(const CostModel &m, const std::string &signature) {
   if (!m.plan_fits.empty()) os << "planmax " << m.plan_fit_max << "\n";
   for (const PlanFit &f : m.plan_fits) {
     std::snprintf(line, sizeof line, "plan %.9e %.9e ", f.alpha, f.beta);
-    os << line << plan_fit_settings(f.choice) << "\n";
+    os << line << plan_choice_describe(f.choice) << "\n";
   }
   for (const auto &kv : m.fits) {
     std::snprintf(line, sizeof line, "fit %d %s %.9e %.9e\n", kv.first.first, algo_name(kv.first.second),
@@ -314,7 +306,7 @@ std::string model_describe(const CostModel &m) {
     os << buf;
   }
   for (const PlanFit &f : m.plan_fits) {
-    std::snprintf(buf, sizeof buf, " [%s up to %lld B: %.1fus + %.3fns/B]", plan_fit_settings(f.choice).c_str(),
+    std::snprintf(buf, sizeof buf, " [%s up to %lld B: %.1fus + %.3fns/B]", plan_choice_describe(f.choice).c_str(),
                   static_cast<long long>(m.plan_fit_max), f.alpha * 1e6, f.beta * 1e9);
     os << buf;
   }

@@ -124,7 +124,5 @@ std::string model_serialize(const CostModel &m, const std::string &signature);
 // another layout. Syntax errors fail with BC_ERR_PARAM naming the line.
 Status model_parse(const std::string &text, const std::string &signature, CostModel *out, bool *matches);
 std::string model_describe(const CostModel &m);
-// A plan fit's choice in BC_PLAN's terms (shape, algorithms, top), as the model file holds it.
-std::string plan_fit_settings(const PlanChoice &c);
 
 }  // namespace bc

@@ -33,6 +33,8 @@ Status algo_parse(const std::string &text, Algo *out);
 enum class CollKind : uint8_t { Allreduce = 0, ReduceScatter, Allgather };
 
 inline bool is_power_of_two(int q) { return q > 0 && (q & (q - 1)) == 0; }
+// Recursive doubling can run a top stage of q owners: a power of two above one.
+inline bool rd_serves(int q) { return q > 1 && is_power_of_two(q); }
 
 struct StageGroups {
   int level = 0;   // 1-based topology level

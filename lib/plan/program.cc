@@ -131,7 +131,7 @@ struct Builder {
         prog->steps.push_back(std::move(st));
       }
       const bool top = s + 1 == static_cast<int>(h.stages.size());
-      if (top && top_rd && q > 1 && is_power_of_two(q)) {
+      if (top && top_rd && rd_serves(q)) {
         top_full = true;
         recursive_doubling(s, owners, me, range);
         continue;

@@ -45,7 +45,6 @@ class IdleTracker {
   // How long a rest may sleep: at most cap_ms, and not past the timeout.
   int64_t rest_ms(int64_t cap_ms) const;
   bool timed_out() const;
-  int64_t timeout_ms() const { return timeout_ms_; }
 
  private:
   int64_t since_move_ms() const;
