@@ -68,14 +68,21 @@ Status select_transports(bc_comm *c) {
   return BC_OK;
 }
 
+// progress_thread_allowed at this process's MPI thread level.
+Status progress_thread_check(const char *mpi_user) {
+  int level = MPI_THREAD_SINGLE;
+  BC_MPI_CHECK(MPI_Query_thread(&level));
+  BC_CHECK(progress_thread_allowed(mpi_user, level));
+  return BC_OK;
+}
+
 // Last step of the creation: the thread starts once everything it uses is up.
 Status progress_setup(bc_comm *c) {
   bool mpi_peers = false;
   for (int r = 0; r < c->size; ++r)
     if (r != c->rank && std::strcmp(c->peer_transport[r]->name(), "mpi") == 0) mpi_peers = true;
-  int level = MPI_THREAD_SINGLE;
-  BC_MPI_CHECK(MPI_Query_thread(&level));
-  BC_CHECK(progress_thread_allowed(mpi_peers, level));
+  if (mpi_peers)
+    BC_CHECK(progress_thread_check("the mpi transport (its thread calls MPI; the shm and ucx transports do not)"));
   c->progress.reset(new ProgressThread(c));
   BC_CHECK(c->progress->start());
   return BC_OK;
@@ -449,12 +456,7 @@ namespace {
 // The progress thread takes a device request: it needs the starting thread's
 // device, and the cuda transport exchanges its descriptors over MPI.
 Status prepare_threaded_device(bc_request *req) {
-  int level = MPI_THREAD_SINGLE;
-  BC_MPI_CHECK(MPI_Query_thread(&level));
-  if (level < MPI_THREAD_MULTIPLE)
-    return BC_FAIL(BC_ERR_NOT_SUPPORTED,
-                   "device buffers with BC_PROGRESS_THREAD need MPI_THREAD_MULTIPLE (the cuda transport sends "
-                   "its descriptors over MPI from the thread); initialise MPI with MPI_Init_thread");
+  BC_CHECK(progress_thread_check("device buffers (the cuda transport sends its descriptors over MPI)"));
   BC_CHECK(cuda_current_device(&req->device));
   return BC_OK;
 }

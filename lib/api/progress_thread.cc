@@ -12,11 +12,11 @@
 
 namespace bc {
 
-Status progress_thread_allowed(bool mpi_peers, int mpi_thread_level) {
-  if (!mpi_peers || mpi_thread_level >= MPI_THREAD_MULTIPLE) return BC_OK;
+Status progress_thread_allowed(const char *mpi_user, int mpi_thread_level) {
+  if (!mpi_user || mpi_thread_level >= MPI_THREAD_MULTIPLE) return BC_OK;
   return BC_FAIL(BC_ERR_NOT_SUPPORTED,
-                 "BC_PROGRESS_THREAD needs MPI_THREAD_MULTIPLE with the mpi transport (its thread calls MPI); "
-                 "initialise MPI with MPI_Init_thread(MPI_THREAD_MULTIPLE), or use the shm or ucx transport");
+                 "BC_PROGRESS_THREAD needs MPI_THREAD_MULTIPLE with %s; initialise MPI with "
+                 "MPI_Init_thread(MPI_THREAD_MULTIPLE)", mpi_user);
 }
 
 ProgressThread::ProgressThread(bc_comm *comm)

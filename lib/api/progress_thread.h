@@ -25,9 +25,10 @@
 namespace bc {
 
 // The thread calls the transports, so a transport that calls MPI while it
-// progresses (mpi) needs MPI_THREAD_MULTIPLE. BC_ERR_NOT_SUPPORTED with the
-// reason when `mpi_peers` and `mpi_thread_level` is below it.
-Status progress_thread_allowed(bool mpi_peers, int mpi_thread_level);
+// progresses (mpi; cuda, for its descriptors) needs MPI_THREAD_MULTIPLE.
+// `mpi_user` names what would call MPI from the thread (null: nothing);
+// BC_ERR_NOT_SUPPORTED naming it when `mpi_thread_level` is below MULTIPLE.
+Status progress_thread_allowed(const char *mpi_user, int mpi_thread_level);
 
 class ProgressThread {
  public:

@@ -98,8 +98,8 @@ TEST_CASE("BC_PROGRESS_THREAD: off by default; with mpi peers only under MPI_THR
   REQUIRE(ps.get_int(ParamId::ProgressThread) == 0);
   REQUIRE(ps.apply_overrides("BC_PROGRESS_THREAD=1") == BC_OK);
   REQUIRE(ps.get_int(ParamId::ProgressThread) == 1);
-  REQUIRE(progress_thread_allowed(false, MPI_THREAD_SINGLE) == BC_OK);
-  REQUIRE(progress_thread_allowed(true, MPI_THREAD_MULTIPLE) == BC_OK);
-  REQUIRE(progress_thread_allowed(true, MPI_THREAD_SERIALIZED) == BC_ERR_NOT_SUPPORTED);
+  REQUIRE(progress_thread_allowed(nullptr, MPI_THREAD_SINGLE) == BC_OK);
+  REQUIRE(progress_thread_allowed("the mpi transport", MPI_THREAD_MULTIPLE) == BC_OK);
+  REQUIRE(progress_thread_allowed("the mpi transport", MPI_THREAD_SERIALIZED) == BC_ERR_NOT_SUPPORTED);
   REQUIRE(std::string(last_error()).find("MPI_Init_thread(MPI_THREAD_MULTIPLE)") != std::string::npos);
 }
