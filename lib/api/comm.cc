@@ -223,6 +223,7 @@ Status comm_destroy(bc_comm *comm) {
   comm->progress.reset();  // joins the thread: nothing uses the transports after this
   comm->dev_transports.clear();  // they wrap the host transports: first
   comm->dev_pool.clear();
+  comm->host_pool.clear();
   comm->transports.clear();
   if (comm->mpi != MPI_COMM_NULL) MPI_Comm_free(&comm->mpi);
   delete comm;
@@ -278,7 +279,7 @@ ExecContext exec_context(const bc_comm *c, bc_dtype_t dtype, bc_op_t op, bc_memt
   ExecContext ctx;
   ctx.peer_transport = dev ? &c->dev_peer_transport : &c->peer_transport;
   ctx.mem = mem;
-  ctx.dev_pool = const_cast<DevicePool *>(&c->dev_pool);
+  ctx.scratch_pool = const_cast<BufferPool *>(dev ? &c->dev_pool : &c->host_pool);
   ctx.dtype = dtype;
   ctx.op = op == BC_AVG ? BC_SUM : op;
   ctx.nranks = c->size;
@@ -325,11 +326,11 @@ namespace {
 // Checks the arguments, takes `lock` once `c` is known to be live (nothing is
 // taken without a progress thread), places the input in the work buffer and
 // builds the started Operation. *work_out: the work buffer (for
-// reduce_scatter's finish). *dev_work_out: a device work buffer from the pool,
-// for the caller to release (reduce_scatter on device buffers); set before any
-// failure after it is taken.
+// reduce_scatter's finish). *pooled_work_out: a work buffer from the pool of
+// the buffers' memory type (reduce_scatter out of place), for the caller to
+// release; set before any failure after it is taken.
 Status start(bc_comm *c, const CollArgs &a, CommLock *lock, std::unique_ptr<Operation> *op_out,
-             unsigned char **work_out, void **dev_work_out = nullptr) {
+             unsigned char **work_out, void **pooled_work_out = nullptr) {
   BC_CHECK(comm_check(c));
   lock->take(c);
   if (c->broken)
@@ -379,8 +380,8 @@ Status start(bc_comm *c, const CollArgs &a, CommLock *lock, std::unique_ptr<Oper
   unsigned char *work = nullptr;
   auto *recv = static_cast<unsigned char *>(a.recvbuf);
   const bool dev = mem == BC_MEM_CUDA;
-  // Device buffers: the same placement with device copies, and the reduce-
-  // scatter's work buffer from the communicator's device pool.
+  // Device buffers: the same placement with device copies. The reduce-
+  // scatter's work buffer comes from the communicator's pool of that memory.
   auto copy = [dev](void *dst, const void *src, size_t n) -> Status {
     if (dev) return cuda_copy(dst, src, n);
     std::memcpy(dst, src, n);
@@ -394,16 +395,13 @@ Status start(bc_comm *c, const CollArgs &a, CommLock *lock, std::unique_ptr<Oper
     case CollKind::ReduceScatter:
       if (in_place) {
         work = recv;
-      } else if (dev) {
+      } else {
+        if (!pooled_work_out) return BC_FAIL(BC_ERR_INTERNAL, "reduce_scatter started without a work buffer slot");
         void *p = nullptr;
-        BC_CHECK(c->dev_pool.acquire(send_bytes, &p));
-        if (dev_work_out) *dev_work_out = p;
+        BC_CHECK((dev ? c->dev_pool : c->host_pool).acquire(send_bytes, &p));
+        *pooled_work_out = p;
         work = static_cast<unsigned char *>(p);
         BC_CHECK(copy(work, a.sendbuf, send_bytes));
-      } else {
-        c->staging.resize(send_bytes);
-        work = c->staging.data();
-        std::memcpy(work, a.sendbuf, send_bytes);
       }
       break;
     case CollKind::Allgather:
@@ -426,16 +424,16 @@ void comm_mark_broken_on(bc_comm *c, Status st) {
 }
 
 Status comm_run(bc_comm *c, const CollArgs &a) {
-  CommLock lock;  // held to the end, past the device pool's release
+  CommLock lock;  // held to the end, past the pool's release
   std::unique_ptr<Operation> op;
   unsigned char *work = nullptr;
-  void *dev_work = nullptr;
-  Status st = start(c, a, &lock, &op, &work, &dev_work);
+  void *pooled_work = nullptr;
+  Status st = start(c, a, &lock, &op, &work, &pooled_work);
   if (st == BC_OK && op) {
     st = op->wait();
     comm_mark_broken_on(c, st);
     if (st == BC_OK) c->last_stage_seconds = op->stage_seconds();
-    op.reset();  // gives its device scratch back to the pool
+    op.reset();  // gives its scratch back to the pool
     if (st == BC_OK && a.kind == CollKind::ReduceScatter) {
       const size_t elem = bc_dtype_size(a.dtype);
       unsigned char *from = work + c->rank * a.count * elem;
@@ -446,7 +444,7 @@ Status comm_run(bc_comm *c, const CollArgs &a) {
       }
     }
   }
-  if (dev_work) c->dev_pool.release(dev_work);
+  if (pooled_work) (c->cur_mem == BC_MEM_CUDA ? c->dev_pool : c->host_pool).release(pooled_work);
   BC_CHECK(st);
   return BC_OK;
 }

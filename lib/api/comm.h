@@ -46,8 +46,10 @@ struct bc_comm {
   std::vector<bc::Transport *> peer_transport;  // per rank
   uint32_t seq = 0;
   bool broken = false;  // after a timeout or transport failure: refuse further calls
-  std::vector<unsigned char> staging;  // reduce_scatter's full-size work buffer
   std::vector<double> last_stage_seconds;
+  // Host scratch and reduce-scatter work buffers, kept across collectives
+  // (cuda/cuda_rt.h says why), freed at destroy.
+  bc::BufferPool host_pool{BC_MEM_HOST};
 
   // Device buffers, set up by the first device collective (collective itself):
   // cuda for same-node peers, staging through host buffers for the others.
@@ -55,7 +57,7 @@ struct bc_comm {
   std::string dev_reason;  // why Unavailable
   std::vector<std::unique_ptr<bc::Transport>> dev_transports;
   std::vector<bc::Transport *> dev_peer_transport;  // per rank
-  bc::DevicePool dev_pool;  // device scratch and work buffers, freed at destroy
+  bc::BufferPool dev_pool{BC_MEM_CUDA};  // device scratch and work buffers, freed at destroy
   bc_memtype_t cur_mem = BC_MEM_HOST;  // of the collective being started
 
   // Plans by (collective, average?, count, shape, algorithms, top rd?), least recently used first.
@@ -65,7 +67,7 @@ struct bc_comm {
   int inflight = 0;  // non-blocking operations not yet completed (by bc_test/bc_wait)
 
   // BC_PROGRESS_THREAD (lib/api/progress_thread.h). While the thread runs, the
-  // mutex guards the transports, the operations and the device pool; callers
+  // mutex guards the transports, the operations and the buffer pools; callers
   // take it with a CommLock. Null: no thread, no locking.
   std::mutex mutex;
   std::unique_ptr<bc::ProgressThread> progress;  // last: stopped before the rest goes

@@ -16,12 +16,12 @@
 
 namespace bc {
 
-class DevicePool;
+class BufferPool;
 
 struct ExecContext {
   const std::vector<Transport *> *peer_transport = nullptr;  // per rank of the communicator
   bc_memtype_t mem = BC_MEM_HOST;  // of the work and scratch buffers
-  DevicePool *dev_pool = nullptr;  // where device scratch comes from (mem == BC_MEM_CUDA)
+  BufferPool *scratch_pool = nullptr;  // where scratch comes from: the communicator's pool of memory type `mem`
   bc_dtype_t dtype = BC_FLOAT32;
   bc_op_t op = BC_SUM;
   int nranks = 1;

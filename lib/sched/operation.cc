@@ -28,25 +28,17 @@ Operation::Operation(const ExecContext &ctx, unsigned char *work, int64_t count,
 Operation::~Operation() {
   cancel();
   for (Slot &s : slots_)
-    if (s.dev_scratch) ctx_.dev_pool->release(s.dev_scratch);
+    if (s.scratch) ctx_.scratch_pool->release(s.scratch);
 }
 
 Status Operation::slot_scratch(Slot *slot, size_t need, unsigned char **out) {
-  if (ctx_.mem == BC_MEM_CUDA) {
-    if (!slot->dev_scratch || slot->scratch_bytes < need) {
-      if (slot->dev_scratch) ctx_.dev_pool->release(slot->dev_scratch);
-      slot->dev_scratch = nullptr;
-      BC_CHECK(ctx_.dev_pool->acquire(std::max<size_t>(need, 1), &slot->dev_scratch));
-      slot->scratch_bytes = need;
-    }
-    *out = static_cast<unsigned char *>(slot->dev_scratch);
-    return BC_OK;
-  }
-  if (slot->scratch_bytes < need) {
-    slot->scratch.reset(new unsigned char[need]);
+  if (!slot->scratch || slot->scratch_bytes < need) {
+    if (slot->scratch) ctx_.scratch_pool->release(slot->scratch);
+    slot->scratch = nullptr;
+    BC_CHECK(ctx_.scratch_pool->acquire(std::max<size_t>(need, 1), &slot->scratch));
     slot->scratch_bytes = need;
   }
-  *out = slot->scratch.get();
+  *out = static_cast<unsigned char *>(slot->scratch);
   return BC_OK;
 }
 

@@ -193,6 +193,30 @@ TEST_CASE("vec_split: head to 16 bytes, vectors, tail") {
   CHECK(sp.tail == 3);
 }
 
+TEST_CASE("BufferPool (host): buffers are kept and reused across operations, by size class") {
+  BufferPool pool(BC_MEM_HOST);
+  CHECK(pool.memtype() == BC_MEM_HOST);
+  void *a = nullptr, *b = nullptr, *c = nullptr;
+  REQUIRE(pool.acquire(300 << 10, &a) == BC_OK);  // rounds up to 512 KiB
+  REQUIRE(pool.acquire(1, &b) == BC_OK);          // the smallest class, 256 B
+  CHECK(a != b);
+  CHECK(reinterpret_cast<uintptr_t>(a) % 4096 == 0);  // whole pages
+  CHECK(pool.held_bytes() == (512u << 10) + 256u);
+  static_cast<unsigned char *>(a)[(300 << 10) - 1] = 1;  // writable to the end
+  pool.release(a);
+  // The next operation gets the same buffer back: nothing is allocated anew.
+  REQUIRE(pool.acquire(200 << 10, &c) == BC_OK);
+  CHECK(c == a);
+  CHECK(pool.held_bytes() == (512u << 10) + 256u);
+  // While in use, a buffer is never handed out twice.
+  void *d = nullptr;
+  REQUIRE(pool.acquire(200 << 10, &d) == BC_OK);
+  CHECK(d != c);
+  CHECK(pool.held_bytes() == (512u << 10) + (256u << 10) + 256u);  // a new 256 KiB class
+  pool.clear();
+  CHECK(pool.held_bytes() == 0);
+}
+
 TEST_CASE("memtype: host pointers are host; CUDA declared without a device is refused") {
   std::vector<float> v(16);
   float stack_value = 0;
@@ -214,7 +238,7 @@ TEST_CASE("memtype: host pointers are host; CUDA declared without a device is re
     CHECK_THAT(last_error(), Catch::Matchers::Contains("CUDA"));
     void *p = nullptr;
     CHECK(cuda_malloc(&p, 64) == BC_ERR_NOT_SUPPORTED);
-    DevicePool pool;
+    BufferPool pool(BC_MEM_CUDA);
     CHECK(pool.acquire(100, &p) == BC_ERR_NOT_SUPPORTED);
     CHECK(std::string(cuda_unusable_reason()).size() > 0);
   }
