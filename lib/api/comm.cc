@@ -30,6 +30,23 @@ Status agree(MPI_Comm comm, Status mine, const char *what) {
   return BC_FAIL(static_cast<Status>(worst), "%s failed on another rank", what);
 }
 
+// Whether any rank of `c` has a peer that none of the transports created so far
+// reaches. Collective: all ranks get the same answer, so that all of them go on
+// to create the next transport, or none.
+Status someone_unreached(bc_comm *c, bool *out) {
+  int mine = 0;
+  for (int peer = 0; peer < c->size && !mine; ++peer) {
+    if (peer == c->rank) continue;
+    bool reached = false;
+    for (auto &t : c->transports) reached = reached || t->can_connect(peer, BC_MEM_HOST);
+    mine = reached ? 0 : 1;
+  }
+  int any = 0;
+  BC_MPI_CHECK(MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, c->mpi));
+  *out = any != 0;
+  return BC_OK;
+}
+
 Status select_transports(bc_comm *c) {
   const std::string want = c->params.get_str(ParamId::Transport);
   const TransportSetup setup = transport_setup(c);
@@ -37,6 +54,14 @@ Status select_transports(bc_comm *c) {
   for (const TransportKind &kind : transport_kinds()) {
     if (want != "auto" && want != kind.name) continue;
     known = true;
+    if (want == "auto" && !c->transports.empty()) {
+      // Only what some peer needs: on one node, shm reaches every peer and UCX
+      // (about 150 ms to start at np 8, most of a communicator's creation) is
+      // never started.
+      bool needed = true;
+      BC_CHECK(someone_unreached(c, &needed));
+      if (!needed) continue;
+    }
     std::unique_ptr<Transport> t;
     Status st = kind.create(setup, &t);
     if (st == BC_ERR_NOT_SUPPORTED && want == "auto") {
