@@ -41,6 +41,7 @@ enum class ParamId : int {
   CudaStagingChunk, // BC_CUDA_STAGING_CHUNK
   CudaStagingBufs,  // BC_CUDA_STAGING_BUFS
   ProgressThread,   // BC_PROGRESS_THREAD
+  PmpiRoute,        // BC_PMPI_ROUTE
   Count
 };
 

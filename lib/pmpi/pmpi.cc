@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "api/comm.h"
+#include "pmpi/pmpi_route.h"
 #include "cuda/cuda_rt.h"
 #include "reduce/reduce.h"
 #include "blueconnect.h"
@@ -50,7 +51,7 @@ const char *const kCollNames[kColls] = {"MPI_Allreduce", "MPI_Reduce_scatter_blo
 const char *const kReasonNames[kReasons] = {
     "disabled", "init-error",    "invalid-args", "user-op", "op",                "dtype",  "derived-dtype",
     "op-dtype", "type-mismatch", "intercomm",    "small",   "comm-setup-failed", "bc-comm", "fortran-sentinel",
-    "device-op-dtype"};
+    "device-op-dtype", "learned"};
 
 // ---- statistics (BC_PMPI_STATS) ----
 std::atomic<uint64_t> g_served[kColls];
@@ -63,6 +64,10 @@ std::atomic<int> g_state{kUninit};
 std::mutex g_init_mutex;  // ensure_init and teardown
 int64_t g_min_bytes = 0;
 bool g_disabled = false;
+bool g_route_learn = true;  // BC_PMPI_ROUTE=learn
+// The learned routes of communicators already freed, for BC_PMPI_STATS.
+std::mutex g_route_log_mutex;
+std::string g_route_log;
 std::string g_stats_path;
 int g_comm_keyval = MPI_KEYVAL_INVALID;
 int g_self_keyval = MPI_KEYVAL_INVALID;
@@ -81,6 +86,8 @@ struct CommState {
   MPI_Comm comm = MPI_COMM_NULL;  // the caller's handle (for teardown)
   bc_comm_t bc = nullptr;
   int pass_reason = -1;  // >= 0: every call on this communicator goes to MPI, for this reason
+  int size = 0;
+  SizeRoute route;  // MPI_Allreduce: which library serves each size (BC_PMPI_ROUTE=learn)
 };
 std::mutex g_comms_mutex;
 std::vector<CommState *> g_comms;  // live states, in creation order
@@ -269,7 +276,16 @@ void unregister(CommState *cs) {
   }
 }
 
+// Keeps a communicator's learned routes for BC_PMPI_STATS.
+void log_routes(const CommState *cs) {
+  const std::string routes = cs->route.describe();
+  if (routes.empty()) return;
+  std::lock_guard<std::mutex> lock(g_route_log_mutex);
+  g_route_log += "MPI_Allreduce route, communicator of " + std::to_string(cs->size) + " ranks:\n" + routes;
+}
+
 void destroy_state(CommState *cs) {
+  log_routes(cs);
   if (cs->bc) requests_drain(cs->bc);  // MPI lets a communicator go with operations in flight
   if (cs->bc) {
     Inside in;
@@ -312,6 +328,7 @@ int comm_state(MPI_Comm comm, CommState **out) {
   }
   auto *cs = new CommState;
   cs->comm = comm;
+  PMPI_Comm_size(comm, &cs->size);
   int inter = 0;
   rc = PMPI_Comm_test_inter(comm, &inter);
   if (rc != MPI_SUCCESS) {
@@ -387,6 +404,7 @@ int ensure_init() {
   const ParamSet &ps = global_params();
   g_disabled = ps.get_int(ParamId::Disable) != 0;
   g_min_bytes = ps.get_int(ParamId::PmpiMinBytes);
+  g_route_learn = ps.get_str(ParamId::PmpiRoute) == "learn";
   g_stats_path = ps.get_str(ParamId::PmpiStats);
   build_type_table();
   if (PMPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, comm_state_delete, &g_comm_keyval, nullptr) !=
@@ -459,6 +477,10 @@ void write_stats() {
     }
     const uint64_t e = g_errors[c].load(std::memory_order_relaxed);
     if (e) std::fprintf(f, "%s errors %llu\n", kCollNames[c], static_cast<unsigned long long>(e));
+  }
+  {
+    std::lock_guard<std::mutex> lock(g_route_log_mutex);
+    std::fputs(g_route_log.c_str(), f);
   }
   if (f == stderr) std::fflush(f);
   else std::fclose(f);
@@ -563,6 +585,30 @@ Reason device_route(const void *recvbuf, bc_dtype_t dtype, bc_op_t op) {
 
 namespace {
 
+// Whether the MPI library may take this (dtype, op) when it is faster: not
+// where Open MPI 4.1's own reduction is wrong, so that the learned route never
+// changes a result. 8-bit sums and products saturate in its vectorised
+// reduction (upstream issue 8045), and 4.1.2-4.1.4 reduce MPI_UNSIGNED_LONG as
+// signed in MIN and MAX (open-mpi/ompi#10525; unsigned 64-bit types alike, to
+// be safe).
+bool mpi_may_take(bc_dtype_t t, bc_op_t op) {
+  const bool byte = t == BC_INT8 || t == BC_UINT8;
+  if (byte && (op == BC_SUM || op == BC_PROD)) return false;
+  if (t == BC_UINT64 && (op == BC_MIN || op == BC_MAX)) return false;
+  return true;
+}
+
+// The learned route's agreement: the slowest rank's medians, on every rank.
+SizeRoute::Agree agree_on(MPI_Comm comm) {
+  return [comm](double *bc_seconds, double *mpi_seconds) {
+    double mine[2] = {*bc_seconds, *mpi_seconds}, slowest[2] = {0, 0};
+    if (PMPI_Allreduce(mine, slowest, 2, MPI_DOUBLE, MPI_MAX, comm) != MPI_SUCCESS) return false;
+    *bc_seconds = slowest[0];
+    *mpi_seconds = slowest[1];
+    return true;
+  };
+}
+
 // MPI_Allreduce and MPI_Iallreduce share the route and the call; a missing
 // request (Iallreduce) is one more argument error that MPI must report itself.
 // `started` (Iallreduce, when the progress hook is in): start the operation
@@ -583,13 +629,29 @@ int serve_allreduce(Coll c, const void *sendbuf, void *recvbuf, int count, MPI_D
       why = reduction_route(count, dt, op, comm, &t, &bop, &cs);
     if (why == kServe) why = device_route(recvbuf, t->bc, bop);
     if (why != kServe) return pass(c, why);
+    const int64_t bytes = static_cast<int64_t>(count) * t->size;
+    bool timed = false;
+    Path path = Path::Bc;
+    if (g_route_learn && mpi_may_take(t->bc, bop))
+      path = started ? cs->route.unprobed(bytes) : cs->route.next(bytes, &timed);
+    if (path == Path::Mpi) {
+      if (!timed) return pass(c, Reason::Learned);
+      // A timed probe of the MPI library: run here, where it can be timed.
+      count_pass(c, Reason::Learned);
+      const double t0 = PMPI_Wtime();
+      const int rc = fallback_allreduce(sendbuf, recvbuf, count, dt, op, comm);
+      if (rc == MPI_SUCCESS) cs->route.record(bytes, Path::Mpi, PMPI_Wtime() - t0, agree_on(comm));
+      return rc;
+    }
     bc_status_t st;
     {
       Inside in;
       const void *input = sendbuf == MPI_IN_PLACE ? BC_IN_PLACE : sendbuf;
+      const double t0 = timed ? PMPI_Wtime() : 0;
       st = started ? bc_iallreduce(input, recvbuf, count, t->bc, bop, cs->bc, started)
                    : bc_allreduce(input, recvbuf, count, t->bc, bop, cs->bc);
       if (started_on) *started_on = cs->bc;
+      if (timed && st == BC_OK) cs->route.record(bytes, Path::Bc, PMPI_Wtime() - t0, agree_on(comm));
     }
     if (st != BC_OK) return raise(c, comm, st, bc_last_error());
     g_served[static_cast<int>(c)].fetch_add(1, std::memory_order_relaxed);

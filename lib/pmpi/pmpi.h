@@ -33,6 +33,7 @@ enum class Reason : int {
   BcComm,         // a communicator BlueConnect itself created
   FortranSentinel,  // Fortran MPI_BOTTOM as a buffer, or an MPI whose Fortran sentinels are unknown
   DeviceOpDtype,  // device buffers with a (dtype, op) the GPU kernels do not have (integers, bitwise)
+  Learned,        // BC_PMPI_ROUTE=learn: the MPI library was faster at this size (or is being probed)
   Count
 };
 

@@ -25,7 +25,8 @@ status=0
 run() {  # run NAME [mpirun -x options...]: output (stdout + stderr) in $W/NAME.out
   local name=$1
   shift
-  "$MPIRUN" "${ARGS[@]}" "$@" -np "$NP" "$EXE" --stats > "$W/$name.out" 2>&1
+  # BC_PMPI_ROUTE=bc: the counts below are the routing rules'; learning is pmpi_learn's.
+  "$MPIRUN" "${ARGS[@]}" -x BC_PMPI_ROUTE=bc "$@" -np "$NP" "$EXE" --stats > "$W/$name.out" 2>&1
   local rc=$?
   if [ $rc -ne 0 ]; then
     echo "FAIL: run '$name' exited with $rc:"

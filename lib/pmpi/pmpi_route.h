@@ -1,0 +1,75 @@
+// Which library serves a blocking MPI_Allreduce of a given size on one
+// communicator, learned from the program's own calls (BC_PMPI_ROUTE=learn).
+//
+// Why: a drop-in must make nothing slower. Where BlueConnect cannot beat the
+// MPI library (tiny messages on one node: 175 us against Open MPI's 71 us at
+// 4 B and np 8), the call should go to MPI, and the size where that changes
+// depends on the machine, the layout and the MPI library: no threshold a user
+// must tune (BC_PMPI_MIN_BYTES stays for those who want one).
+//
+// How: sizes are grouped in power-of-two buckets. The first calls of each
+// bucket are probes, each library run back to back as the program calls it:
+//
+//   call of the bucket   0      1  2  3      4      5  6  7      8 ...
+//   served by            bc     bc bc bc     mpi    mpi mpi mpi  the winner
+//   timed                warm   yes          warm   yes
+//
+// After the last probe every rank contributes its medians to one small
+// PMPI_Allreduce (MAX) on the communicator, so every rank sees the same
+// numbers and takes the same route from then on (MPI requires every rank to
+// call the collectives of a communicator in the same order with the same
+// count, so the buckets advance alike on all ranks). BlueConnect keeps a
+// bucket unless MPI was faster. The learner itself is plain data: `agree`
+// is injected, so a unit test drives it without MPI.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+namespace bc {
+namespace pmpi {
+
+enum class Path : int { Bc = 0, Mpi = 1 };
+
+class SizeRoute {
+ public:
+  static constexpr int kBuckets = 48;     // up to 2^47 bytes
+  static constexpr int kWarmup = 1;       // untimed calls before each library's timed ones
+  static constexpr int kTimed = 3;        // timed calls per library (the median counts)
+  static constexpr int kProbes = 2 * (kWarmup + kTimed);
+
+  // Replaces two local medians (seconds) by the largest over the ranks, on
+  // every rank; returns false when that failed (the bucket then stays with
+  // BlueConnect, and the failure is the MPI library's to report).
+  using Agree = std::function<bool(double *bc_seconds, double *mpi_seconds)>;
+
+  static int bucket_of(int64_t bytes);
+  // The route of the next blocking call of `bytes`; *timed says whether the
+  // caller must time it and report it with record().
+  Path next(int64_t bytes, bool *timed);
+  // The time of a call that next() asked to time; after the bucket's last
+  // probe, runs `agree` (collective) and decides the bucket.
+  void record(int64_t bytes, Path path, double seconds, const Agree &agree);
+  // The route of a call that is not probed (MPI_Iallreduce): the bucket's
+  // decision, or BlueConnect while it is still being learned.
+  Path unprobed(int64_t bytes);
+
+  // For BC_PMPI_STATS: one line per bucket that saw calls.
+  std::string describe() const;
+
+ private:
+  struct Bucket {
+    int calls = 0;  // probes so far (stops at kProbes)
+    bool decided = false;
+    Path path = Path::Bc;
+    double bc[kTimed] = {0, 0, 0};
+    double mpi[kTimed] = {0, 0, 0};
+    double bc_median = 0, mpi_median = 0;  // agreed (slowest rank's), once decided
+    uint64_t served[2] = {0, 0};            // calls by path, probes included
+  };
+  Bucket buckets_[kBuckets];
+};
+
+}  // namespace pmpi
+}  // namespace bc

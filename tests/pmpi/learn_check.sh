@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# BC_PMPI_ROUTE=learn (the default): the preload learns, per communicator and
+# size bucket, whether BlueConnect or the MPI library serves MPI_Allreduce.
+# Runs `pmpi_check --latency 40` (54 8-byte MPI_Allreduce in all) on 4 ranks:
+#   1. learn: the result is right; every rank's BC_PMPI_STATS has the bucket
+#      of 8-15 bytes with 54 calls, at least 4 probes through each library,
+#      and a decision; every rank took the same decision with the same times;
+#   2. BC_PMPI_ROUTE=bc: every call served by BlueConnect, no route lines.
+# The exact sweep (pmpi_np1..8) runs under learn too, so calls that switch
+# library mid-run are checked bit for bit there.
+# Environment (tests/pmpi/meson.build): MPIRUN, MPIRUN_ARGS, PRELOAD, EXE
+# (pmpi_check), WORKDIR. Exit 0 on pass, 1 on failure.
+set -u
+NP=4
+W="$WORKDIR/pmpi_learn"
+rm -rf "$W"
+mkdir -p "$W"
+read -r -a ARGS <<< "$MPIRUN_ARGS"
+status=0
+fail() { echo "FAIL: $*"; status=1; }
+
+"$MPIRUN" "${ARGS[@]}" -x "LD_PRELOAD=$PRELOAD" -x "BC_PMPI_STATS=$W/learn.%r" -np "$NP" "$EXE" --latency 40 \
+  > "$W/learn.out" 2>&1 || { fail "learn run exited with $?"; cat "$W/learn.out"; }
+decisions=()
+for ((r = 0; r < NP; ++r)); do
+  f="$W/learn.$r"
+  grep -q "^MPI_Allreduce route, communicator of $NP ranks:" "$f" 2>/dev/null || { fail "rank $r: no route section in $f"; continue; }
+  line=$(grep '^bytes 8-15: ' "$f")
+  [ -n "$line" ] || { fail "rank $r: no line for the 8-15 byte bucket"; cat "$f"; continue; }
+  read -r bc mpi <<< "$(sed -E 's/^bytes 8-15: blueconnect ([0-9]+), mpi ([0-9]+);.*/\1 \2/' <<< "$line")"
+  [ $((bc + mpi)) -eq 54 ] || fail "rank $r: $((bc + mpi)) calls in the bucket, want 54: $line"
+  [ "$bc" -ge 4 ] && [ "$mpi" -ge 4 ] || fail "rank $r: fewer than 4 probes of a library: $line"
+  grep -q "learning" <<< "$line" && fail "rank $r: the bucket is still learning after 54 calls: $line"
+  decisions+=("${line#*; }")
+  served=$(awk '$1 == "MPI_Allreduce" && $2 == "served" { print $3 }' "$f")
+  learned=$(awk '$1 == "MPI_Allreduce" && $2 == "passed:learned" { print $3 }' "$f")
+  [ "${served:-0}" -eq "$bc" ] && [ "${learned:-0}" -eq "$mpi" ] ||
+    fail "rank $r: served ${served:-0} / passed:learned ${learned:-0} do not match the route line: $line"
+done
+if [ ${#decisions[@]} -eq "$NP" ]; then
+  for d in "${decisions[@]}"; do
+    [ "$d" = "${decisions[0]}" ] || fail "ranks decided differently: '${decisions[0]}' and '$d'"
+  done
+  echo "learn: 8-byte bucket on $NP ranks: ${decisions[0]}"
+fi
+
+"$MPIRUN" "${ARGS[@]}" -x "LD_PRELOAD=$PRELOAD" -x BC_PMPI_ROUTE=bc -x "BC_PMPI_STATS=$W/bc.%r" -np "$NP" "$EXE" \
+  --latency 40 > "$W/bc.out" 2>&1 || { fail "BC_PMPI_ROUTE=bc run exited with $?"; cat "$W/bc.out"; }
+for ((r = 0; r < NP; ++r)); do
+  served=$(awk '$1 == "MPI_Allreduce" && $2 == "served" { print $3 }' "$W/bc.$r")
+  [ "${served:-0}" -eq 54 ] || fail "rank $r: BC_PMPI_ROUTE=bc served ${served:-0} of 54"
+  grep -q "route" "$W/bc.$r" && fail "rank $r: route lines with BC_PMPI_ROUTE=bc"
+done
+exit $status

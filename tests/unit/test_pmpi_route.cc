@@ -1,0 +1,94 @@
+// The PMPI preload's learned route (lib/pmpi/pmpi_route.h), driven without MPI:
+// the agreement is a fake that stands for the other ranks.
+#include <catch2/catch.hpp>
+
+#include "pmpi/pmpi_route.h"
+
+using namespace bc::pmpi;
+
+namespace {
+
+// Runs one bucket's probes with the given per-call times; returns the calls' routes.
+std::vector<Path> probe(SizeRoute *r, int64_t bytes, double bc_s, double mpi_s, const SizeRoute::Agree &agree) {
+  std::vector<Path> paths;
+  for (int k = 0; k < SizeRoute::kProbes; ++k) {
+    bool timed = false;
+    const Path p = r->next(bytes, &timed);
+    paths.push_back(p);
+    if (timed) r->record(bytes, p, p == Path::Bc ? bc_s : mpi_s, agree);
+  }
+  return paths;
+}
+
+SizeRoute::Agree as_is() {
+  return [](double *, double *) { return true; };
+}
+
+}  // namespace
+
+TEST_CASE("SizeRoute: buckets are powers of two", "[pmpi]") {
+  CHECK(SizeRoute::bucket_of(0) == 0);
+  CHECK(SizeRoute::bucket_of(1) == 0);
+  CHECK(SizeRoute::bucket_of(4) == 2);
+  CHECK(SizeRoute::bucket_of(7) == 2);
+  CHECK(SizeRoute::bucket_of(8) == 3);
+  CHECK(SizeRoute::bucket_of(int64_t{1} << 62) == SizeRoute::kBuckets - 1);
+}
+
+TEST_CASE("SizeRoute: probes each library back to back, then keeps the faster", "[pmpi]") {
+  SizeRoute r;
+  const std::vector<Path> paths = probe(&r, 4, 100e-6, 40e-6, as_is());
+  // 1 + 3 calls through BlueConnect, then 1 + 3 through MPI.
+  const std::vector<Path> want = {Path::Bc, Path::Bc, Path::Bc, Path::Bc, Path::Mpi, Path::Mpi, Path::Mpi, Path::Mpi};
+  CHECK(paths == want);
+  bool timed = true;
+  CHECK(r.next(5, &timed) == Path::Mpi);  // same bucket (4..7): MPI was faster
+  CHECK_FALSE(timed);
+  CHECK(r.unprobed(6) == Path::Mpi);
+  // Another bucket learns on its own, and BlueConnect keeps it when it is faster.
+  probe(&r, 1 << 20, 1e-3, 2e-3, as_is());
+  CHECK(r.next(1 << 20, &timed) == Path::Bc);
+  CHECK_FALSE(timed);
+  const std::string d = r.describe();
+  CHECK_THAT(d, Catch::Matchers::Contains("bytes 4-7: blueconnect 4, mpi 6; mpi (slowest rank's median: blueconnect 100.0 us, mpi 40.0 us)"));
+  CHECK_THAT(d, Catch::Matchers::Contains("bytes 1048576-2097151: blueconnect 5, mpi 4; blueconnect"));
+}
+
+TEST_CASE("SizeRoute: the agreed (slowest rank's) numbers decide, and a tie stays with BlueConnect", "[pmpi]") {
+  SizeRoute r;
+  // Locally MPI looks faster, but another rank saw it slower: all ranks follow the agreement.
+  probe(&r, 64, 50e-6, 30e-6, [](double *bc, double *mpi) {
+    *bc = 50e-6;
+    *mpi = 90e-6;
+    return true;
+  });
+  bool timed = false;
+  CHECK(r.next(64, &timed) == Path::Bc);
+  SizeRoute tie;
+  probe(&tie, 64, 50e-6, 50e-6, as_is());
+  CHECK(tie.next(64, &timed) == Path::Bc);
+}
+
+TEST_CASE("SizeRoute: medians ignore one outlier; a failed agreement keeps BlueConnect", "[pmpi]") {
+  SizeRoute r;
+  int k = 0;
+  for (; k < SizeRoute::kProbes; ++k) {
+    bool timed = false;
+    const Path p = r.next(128, &timed);
+    // BlueConnect: 10, 500, 10 us (one hiccup); MPI: 20 us each.
+    const double bc_times[] = {0, 10e-6, 500e-6, 10e-6};
+    if (timed) r.record(128, p, p == Path::Bc ? bc_times[k % 4] : 20e-6, as_is());
+  }
+  bool timed = false;
+  CHECK(r.next(128, &timed) == Path::Bc);
+  SizeRoute failed;
+  probe(&failed, 128, 100e-6, 1e-6, [](double *, double *) { return false; });
+  CHECK(failed.next(128, &timed) == Path::Bc);
+  CHECK_THAT(failed.describe(), Catch::Matchers::Contains("the agreement failed"));
+  // While learning, a non-blocking call goes to BlueConnect and does not advance the probes.
+  SizeRoute learning;
+  CHECK(learning.unprobed(256) == Path::Bc);
+  CHECK(learning.next(256, &timed) == Path::Bc);
+  CHECK_FALSE(timed);  // still the untimed first probe
+  CHECK_THAT(learning.describe(), Catch::Matchers::Contains("learning (1 of 8 probes)"));
+}
