@@ -297,7 +297,9 @@ class Bench {
     if (!agree()) return false;
     if (!back_to_back || !o_.check) return true;
     // The send buffer is the same for every call, so the last call's results
-    // are checkable; in-place calls consume their input: check one more call.
+    // are checkable. In place, each call reduces the previous one's results
+    // (values grow, to inf for long float sums, but never to denormals, which
+    // would slow the arithmetic): check one more call, on fresh input.
     if (o_.inplace) {
       Stat untimed;
       prepare();
@@ -724,7 +726,8 @@ void Bench::print_header() const {
     std::printf("#   mpi_*     the same for %s; mpi/bc = mpi_avg / avg (> 1: BlueConnect faster)\n", mpi_name);
   if (o_.stages)
     std::printf(nstages_ ? "#   sK        time in hierarchy stage K (its reduce-scatter and all-gather steps): "
-                           "each rank's mean, then the max over ranks (us)\n"
+                           "each rank's mean, then the max over ranks (us);\n#             read after every timed "
+                           "call (bc_comm_stage_times: local, no communication)\n"
                          : "#   (--stages: the plan has no stages here, p = 1)\n");
   if (o_.plan)
     std::printf("#   pred      the cost model's predicted time for the plan chosen (BC_MODEL; N/A when off);\n"
