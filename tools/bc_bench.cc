@@ -3,16 +3,23 @@
 // library's own collective on the same buffers. `bc_bench --help` lists the
 // options; the header it prints defines every column.
 //
-// Timing: every call is preceded by a small MPI_Allreduce over all ranks. It is
-// the barrier; it carries "some rank failed", so that all ranks stop together
-// instead of hanging; and it carries rank 0's decision to stop iterating, so
-// that every rank runs the same number of iterations. Only the collective call
-// is timed: preparing the buffers and checking the results are outside.
+// Timing (Mode, bench_args.h). By default back-to-back, as a program calls a
+// library in a loop: per size, each library alone runs its warm-up, then a
+// small PMPI_Allreduce over all ranks that is the barrier, carries "some rank
+// failed" and fixes the count N of timed calls for every rank alike; then N
+// calls with nothing between them but a clock read; then another such
+// agreement. No MPI call runs inside the timed loop: a rank whose call fails
+// skips the rest of the loop, and the ranks it leaves inside a BlueConnect
+// call stop at BC_TIMEOUT. --app puts a fixed compute time and a barrier
+// before each call; --interleave is the earlier timing, one synchronisation
+// before every call, the libraries alternating. Preparing the buffers and
+// checking the results are outside the timed region in every mode.
 #include <dlfcn.h>
 #include <mpi.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
@@ -87,6 +94,7 @@ constexpr double kProgressSeconds = 2.0;
 struct Stat {
   double sum = 0, min = 0, max = 0;
   int64_t n = 0, wrong = 0;
+  double stage_sum[kMaxStages] = {};  // --stages: BlueConnect's calls only
   void add(double t) {
     min = n ? std::min(min, t) : t;
     max = std::max(max, t);
@@ -99,7 +107,7 @@ struct Stat {
 // One size, reduced over the ranks (valid on rank 0).
 struct Row {
   int64_t size = 0, count = 0;
-  int warmup = 0, iters = 0;
+  int warmup = 0, iters[2] = {0, 0};
   double avg[2] = {0, 0}, min[2] = {0, 0}, max[2] = {0, 0};
   int64_t wrong[2] = {0, 0};
   std::vector<double> stages;
@@ -118,6 +126,19 @@ struct Shape {
 };
 
 double div0(double a, double b) { return b > 0 ? a / b : 0; }
+
+// Seconds on the monotonic clock (a vDSO read): what runs between back-to-back
+// calls, where even MPI_Wtime, an MPI call, should not.
+double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+// --app: the application's compute. Busy-waiting on the clock gives the same
+// wall time on every rank whatever else shares the cores, and, unlike a sleep
+// or an MPI call, gives neither library's progress engine a chance to run.
+void compute_for(double seconds) {
+  const double end = now() + seconds;
+  while (now() < end) {
+  }
+}
 
 std::string fmt(const char *f, double v) {
   char b[64];
@@ -202,12 +223,16 @@ class Bench {
     return s;
   }
 
-  // True on every rank when true on every rank.
+  // True on every rank when true on every rank. PMPI_: under the preload
+  // (--via mpi) the benchmark's own synchronisation is not BlueConnect's to serve.
   static bool everywhere(bool ok) {
     int v = ok ? 1 : 0;
-    MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    PMPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
     return v != 0;
   }
+
+  // After a loop: whether every rank got through it.
+  bool agree() { return everywhere(!failed_); }
 
   bool report(const char *what, bc_status_t st) {
     if (st == BC_OK) return true;
@@ -226,6 +251,19 @@ class Bench {
   }
 
   bool run_size(int64_t bytes, Row *row) {
+    if (!set_up(bytes)) return false;
+    Stat st[2];
+    row->warmup = o_.warmup >= 0 ? o_.warmup : auto_warmup(bytes);
+    const bool ok = o_.mode == Mode::Interleave ? run_interleaved(row->warmup, st)
+                                                : measure(kBC, row->warmup, &st[kBC]) &&
+                                                      (!o_.compare_mpi || measure(kMPI, row->warmup, &st[kMPI]));
+    if (!ok) return false;
+    summarize(bytes, st, row);
+    return true;
+  }
+
+  // Buffers and reference data for one size, on every rank or on none.
+  bool set_up(int64_t bytes) {
     sh_ = shape_of(bytes);
     const bool mem = send_.allocate(sh_.send_n * elem_) && recv_.allocate(sh_.recv_n * elem_) &&
                      input_.allocate(sh_.in_n * elem_) && ref_.allocate(o_.check ? sh_.out_n * elem_ : 0);
@@ -239,17 +277,73 @@ class Bench {
     if (!o_.inplace) std::memcpy(send_.data(), input_.data(), sh_.send_n * elem_);
     if (o_.mem_cuda && !o_.inplace && !dsend_.upload(send_.data(), sh_.send_n * elem_)) failed_ = true;
     if (o_.check) data_.fill_expected(ref_.data(), sh_.out_first, sh_.out_n, sh_.call);
+    return true;
+  }
 
-    Stat st[2];
-    stage_sum_.assign(nstages_, 0.0);
+  // Back-to-back and app modes: library k alone. The count of timed calls is
+  // fixed before the timed loop and agreed by all ranks, so that no rank waits
+  // in a call that another never makes.
+  bool measure(int k, int warmup, Stat *st) {
+    Stat first, probe;  // auto count: the time per call of the warm-up after its first call (one-time setup)
+    loop(k, std::min(warmup, 1), &first, false);
+    loop(k, warmup - 1, &probe, false);
+    if (!o_.iters && probe.n == 0) loop(k, 1, &probe, false);
+    prepare();  // back-to-back: once for the whole loop; app: again before every call
+    double v[2] = {failed_ ? 1.0 : 0.0, probe.mean()};
+    PMPI_Allreduce(MPI_IN_PLACE, v, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);  // and the barrier
+    if (v[0] > 0) return false;
+    const bool back_to_back = o_.mode == Mode::BackToBack;
+    loop(k, o_.iters ? o_.iters : auto_iters(v[1]), st, o_.check && !back_to_back);
+    if (!agree()) return false;
+    if (!back_to_back || !o_.check) return true;
+    // The send buffer is the same for every call, so the last call's results
+    // are checkable. In place, each call reduces the previous one's results
+    // (values grow, to inf for long float sums, but never to denormals, which
+    // would slow the arithmetic): check one more call, on fresh input.
+    if (o_.inplace) {
+      Stat untimed;
+      prepare();
+      loop(k, 1, &untimed, false);
+      if (!agree()) return false;
+    }
+    check(st);
+    return true;
+  }
+
+  // n calls of library k, each timed into *st; checks each when check_each.
+  // Back-to-back (and --interleave, one call at a time): only a clock read
+  // between calls, so the times add up to the loop's. --app: before each
+  // call the compute and a barrier, outside the time. A rank that failed
+  // skips the calls but keeps the barriers, so that the others do not hang.
+  void loop(int k, int n, Stat *st, bool check_each) {
+    const bool app = o_.mode == Mode::App;
+    double t0 = now();
+    for (int i = 0; i < n; ++i) {
+      if (app) {
+        prepare();
+        if (!failed_) compute_for(o_.app_us * 1e-6);
+        PMPI_Barrier(MPI_COMM_WORLD);  // PMPI_: not served by the preload
+        t0 = now();
+      }
+      if (failed_) continue;
+      const bool ok = invoke(k);
+      const double t1 = now();
+      if (ok) record(k, t1 - t0, st);
+      if (ok && check_each) check(st);
+      t0 = t1;
+    }
+  }
+
+  // --interleave: one synchronisation before every call, which also carries
+  // rank 0's decision to stop iterating; BlueConnect and MPI alternate.
+  bool run_interleaved(int warmup, Stat *st) {
     const int nimpl = o_.compare_mpi ? 2 : 1;
-    row->warmup = o_.warmup >= 0 ? o_.warmup : auto_warmup(bytes);
-    for (int w = 0; w < row->warmup; ++w)
+    for (int w = 0; w < warmup; ++w)
       for (int k = 0; k < nimpl; ++k)
         if (call((w % 2 == 0) ? k : nimpl - 1 - k, false, 0, st) < 0) return false;
-    double measured = 0;  // rank 0's timed seconds, for the automatic stop
     bool stopped = false;
     for (int it = 0; !stopped; ++it) {
+      const double measured = st[kBC].sum + st[kMPI].sum;  // rank 0's timed seconds, for the automatic stop
       int stop = 0;
       if (rank_ == 0)
         stop = o_.iters ? it >= o_.iters
@@ -259,21 +353,79 @@ class Bench {
         const int r = call(k, true, j == 0 ? stop : 0, st);
         if (r < 0) return false;
         stopped = r > 0;
-        measured += last_seconds_;
       }
     }
+    return true;
+  }
 
-    // Reduce over the ranks: latencies and stage times by max, wrong counts by sum.
+  // --interleave: prepares the buffers, synchronises, and runs one call of
+  // implementation k. Returns -1 when some rank failed, 1 when rank 0 said
+  // stop, 0 otherwise.
+  int call(int k, bool timed, int stop, Stat *st) {
+    prepare();
+    int flags[2] = {failed_ ? 1 : 0, stop};
+    PMPI_Allreduce(MPI_IN_PLACE, flags, 2, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (flags[0]) return -1;
+    if (flags[1]) return 1;
+    Stat untimed;
+    loop(k, 1, timed ? &st[k] : &untimed, timed && o_.check);
+    return 0;
+  }
+
+  // Before a call or a back-to-back loop: a fresh poison in the receive buffer
+  // (-c), and the input in it (in place).
+  void prepare() {
+    unsigned char *recv = static_cast<unsigned char *>(recv_.data());
+    if (o_.check) recv_.poison(poison_ ^= 0x97);  // alternates 0xCD and 0x5A
+    if (o_.inplace) std::memcpy(recv + sh_.in_at * elem_, input_.data(), sh_.in_n * elem_);
+    if (o_.mem_cuda && (o_.check || o_.inplace) && !drecv_.upload(recv, sh_.recv_n * elem_)) failed_ = true;
+  }
+
+  // One call of library k. A failure marks this rank failed: the next
+  // agreement stops every rank.
+  bool invoke(int k) {
+    bc_status_t status = BC_OK;
+    if (k == kBC) status = call_bc();
+    else call_mpi();
+    if (report(k == kBC ? "BlueConnect call" : "MPI call", status)) return true;
+    std::fprintf(stderr, "bc_bench: rank %d: stopping; ranks still inside the call stop at BC_TIMEOUT\n", rank_);
+    failed_ = true;
+    return false;
+  }
+
+  // A timed call's seconds, and BlueConnect's stage times (a local read).
+  void record(int k, double seconds, Stat *st) {
+    st->add(seconds);
+    if (k != kBC || nstages_ == 0 || sh_.call == 0) return;
+    double s[kMaxStages];
+    int ns = 0;
+    if (!report("bc_comm_stage_times", bc_comm_stage_times(comm_, s, kMaxStages, &ns))) failed_ = true;
+    for (int i = 0; i < std::min(ns, nstages_); ++i) st->stage_sum[i] += s[i];
+  }
+
+  // The results now in the buffers, counted into st->wrong.
+  void check(Stat *st) {
+    if (o_.mem_cuda) {
+      if (!drecv_.download(recv_.data(), sh_.recv_n * elem_)) failed_ = true;
+      if (!o_.inplace && !dsend_.download(send_.data(), sh_.send_n * elem_)) failed_ = true;
+    }
+    st->wrong += verify();
+    if (o_.mem_cuda && !o_.inplace && !dsend_.upload(send_.data(), sh_.send_n * elem_)) failed_ = true;
+  }
+
+  // Reduces over the ranks into *row (rank 0): latencies and stage times by
+  // max, wrong counts by sum.
+  void summarize(int64_t bytes, const Stat *st, Row *row) {
     std::vector<double> loc = {st[0].mean(), st[0].min, st[0].max, st[1].mean(), st[1].min, st[1].max};
-    for (double s : stage_sum_) loc.push_back(div0(s, static_cast<double>(st[0].n)));
+    for (int s = 0; s < nstages_; ++s) loc.push_back(div0(st[kBC].stage_sum[s], static_cast<double>(st[kBC].n)));
     std::vector<double> glob(loc.size());
     MPI_Reduce(loc.data(), glob.data(), static_cast<int>(loc.size()), MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
     int64_t wl[2] = {st[0].wrong, st[1].wrong}, wg[2] = {0, 0};
     MPI_Reduce(wl, wg, 2, MPI_INT64_T, MPI_SUM, 0, MPI_COMM_WORLD);
     row->size = bytes;
     row->count = sh_.total;
-    row->iters = static_cast<int>(st[0].n);
     for (int k = 0; k < 2; ++k) {
+      row->iters[k] = static_cast<int>(st[k].n);
       row->avg[k] = glob[3 * k] * 1e6;
       row->min[k] = glob[3 * k + 1] * 1e6;
       row->max[k] = glob[3 * k + 2] * 1e6;
@@ -288,51 +440,6 @@ class Bench {
         row->predicted_us = predicted >= 0 ? predicted * 1e6 : -1;
       }
     }
-    return true;
-  }
-
-  // Prepares the buffers, synchronises, and runs one call of implementation k.
-  // Returns -1 when some rank failed, 1 when rank 0 said stop, 0 otherwise.
-  int call(int k, bool timed, int stop, Stat *st) {
-    last_seconds_ = 0;
-    unsigned char *recv = static_cast<unsigned char *>(recv_.data());
-    if (o_.check) recv_.poison(poison_ ^= 0x97);  // alternates 0xCD and 0x5A
-    if (o_.inplace) std::memcpy(recv + sh_.in_at * elem_, input_.data(), sh_.in_n * elem_);
-    if (o_.mem_cuda && (o_.check || o_.inplace) && !drecv_.upload(recv, sh_.recv_n * elem_)) failed_ = true;
-    int flags[2] = {failed_ ? 1 : 0, stop};
-    // PMPI_: under the preload this sync is not ours to measure or to serve.
-    PMPI_Allreduce(MPI_IN_PLACE, flags, 2, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-    if (flags[0]) return -1;
-    if (flags[1]) return 1;
-
-    const double t0 = MPI_Wtime();
-    bc_status_t status = BC_OK;
-    if (k == kBC) status = call_bc();
-    else call_mpi();
-    const double t = MPI_Wtime() - t0;
-    if (!report(k == kBC ? "BlueConnect call" : "MPI call", status)) {
-      std::fprintf(stderr, "bc_bench: rank %d: stopping; ranks still inside the call stop at BC_TIMEOUT\n", rank_);
-      failed_ = true;  // the next synchronisation stops every rank
-      return 0;
-    }
-    if (!timed) return 0;
-    last_seconds_ = t;
-    st[k].add(t);
-    if (k == kBC && nstages_ > 0 && sh_.call > 0) {
-      double s[kMaxStages];
-      int ns = 0;
-      if (!report("bc_comm_stage_times", bc_comm_stage_times(comm_, s, kMaxStages, &ns))) failed_ = true;
-      for (int i = 0; i < std::min(ns, nstages_); ++i) stage_sum_[i] += s[i];
-    }
-    if (o_.check) {
-      if (o_.mem_cuda) {
-        if (!drecv_.download(recv_.data(), sh_.recv_n * elem_)) failed_ = true;
-        if (!o_.inplace && !dsend_.download(send_.data(), sh_.send_n * elem_)) failed_ = true;
-      }
-      st[k].wrong += verify();
-      if (o_.mem_cuda && !o_.inplace && !dsend_.upload(send_.data(), sh_.send_n * elem_)) failed_ = true;
-    }
-    return 0;
   }
 
   bc_status_t call_bc() {
@@ -405,7 +512,7 @@ class Bench {
     if (o_.full) col(10, "min(us)", r ? fmt("%.2f", r->min[kBC]) : "");
     col(10, "avg(us)", r ? fmt("%.2f", r->avg[kBC]) : "");
     if (o_.full) col(10, "max(us)", r ? fmt("%.2f", r->max[kBC]) : "");
-    if (o_.full) col(6, "iters", r ? std::to_string(r->iters) : "");
+    if (o_.full) col(6, "iters", r ? std::to_string(r->iters[kBC]) : "");
     col(11, "algbw(GB/s)", fmt("%.3f", bw(kBC)));
     col(11, "busbw(GB/s)", fmt("%.3f", bw(kBC) * busbw_factor_));
     col(7, "#wrong", wrong0);
@@ -414,6 +521,7 @@ class Bench {
       if (o_.full) col(12, "mpi_min(us)", r ? fmt("%.2f", r->min[kMPI]) : "");
       col(12, "mpi_avg(us)", r ? fmt("%.2f", r->avg[kMPI]) : "");
       if (o_.full) col(12, "mpi_max(us)", r ? fmt("%.2f", r->max[kMPI]) : "");
+      if (o_.full) col(9, "mpi_iters", r ? std::to_string(r->iters[kMPI]) : "");
       col(11, "mpi_busbw", fmt("%.3f", bw(kMPI) * busbw_factor_));
       col(7, "mpi/bc", r ? fmt("%.2f", div0(r->avg[kMPI], r->avg[kBC])) : "");
       col(9, "mpi#wrong", wrong1);
@@ -431,18 +539,22 @@ class Bench {
     return out;
   }
 
+  // "iters" at the top level is BlueConnect's count (the only one before the
+  // modes); each implementation's object has its own.
   void write_json(FILE *f, const Row &r) const {
     auto impl = [&](int k) {
       const double algbw = div0(r.count * 1e-3 * elem_, r.avg[k]);
       std::fprintf(f, "{\"avg_us\":%.3f,\"min_us\":%.3f,\"max_us\":%.3f,\"algbw_GBps\":%.6f,\"busbw_GBps\":%.6f,"
-                   "\"wrong\":%s}", r.avg[k], r.min[k], r.max[k], algbw, algbw * busbw_factor_,
-                   o_.check ? std::to_string(r.wrong[k]).c_str() : "null");
+                   "\"wrong\":%s,\"iters\":%d}", r.avg[k], r.min[k], r.max[k], algbw, algbw * busbw_factor_,
+                   o_.check ? std::to_string(r.wrong[k]).c_str() : "null", r.iters[k]);
     };
     std::fprintf(f, "{\"coll\":\"%s\",\"dtype\":\"%s\",\"op\":\"%s\",\"inplace\":%s,\"nranks\":%d,"
-                 "\"size\":%lld,\"count\":%lld,\"bytes\":%lld,\"warmup\":%d,\"iters\":%d,\"bc\":",
+                 "\"size\":%lld,\"count\":%lld,\"bytes\":%lld,\"warmup\":%d,\"iters\":%d,\"mode\":\"%s\","
+                 "\"app_us\":%s,\"bc\":",
                  coll_name(o_.coll), bc_dtype_name(o_.dtype), o_.coll == Coll::Allgather ? "none" : bc_op_name(o_.op),
                  o_.inplace ? "true" : "false", p_, (long long)r.size, (long long)r.count,
-                 (long long)(r.count * elem_), r.warmup, r.iters);
+                 (long long)(r.count * elem_), r.warmup, r.iters[kBC], mode_name(o_.mode),
+                 o_.mode == Mode::App ? std::to_string(o_.app_us).c_str() : "null");
     impl(kBC);
     if (o_.compare_mpi) {
       std::fprintf(f, ",\"mpi\":");
@@ -460,6 +572,7 @@ class Bench {
   }
 
   void print_header() const;
+  void print_timing(const char *mpi_name) const;
 
   const Options &o_;
   bc_comm_t comm_;
@@ -473,11 +586,40 @@ class Bench {
   Shape sh_;
   GuardedBuf send_, recv_, input_, ref_;
   DevMirror dsend_, drecv_;
-  std::vector<double> stage_sum_;
   unsigned char poison_ = 0x5A;
   bool failed_ = false;
-  double last_seconds_ = 0;
 };
+
+// The timing mode and, with --compare mpi, how the MPI library's calls are
+// placed relative to BlueConnect's.
+void Bench::print_timing(const char *mpi_name) const {
+  switch (o_.mode) {
+    case Mode::BackToBack:
+      std::printf("# timing: back-to-back: per size, each library alone, as a program calls it in a loop: warm-up,"
+                  " a barrier,\n#   then one timed loop of N calls with nothing between them but a clock read;"
+                  " time per call = the loop's\n#   time / N, then the max over ranks\n");
+      break;
+    case Mode::App:
+      std::printf("# timing: app (--app %d): per size, each library alone: before every call %d us of compute"
+                  " (busy-waiting on the\n#   monotonic clock: no sleep, no MPI call), then PMPI_Barrier;"
+                  " only the call is timed\n", o_.app_us, o_.app_us);
+      break;
+    case Mode::Interleave:
+      std::printf("# timing: interleave (--interleave): every call timed alone, after a barrier (a small"
+                  " PMPI_Allreduce that also\n#   carries whether to stop)\n");
+      break;
+  }
+  if (!o_.compare_mpi) return;
+  char ver[MPI_MAX_LIBRARY_VERSION_STRING];
+  int vlen = 0;
+  MPI_Get_library_version(ver, &vlen);
+  ver[std::strcspn(ver, ",\n")] = '\0';
+  if (o_.mode == Mode::Interleave)
+    std::printf("# compare: %s of %s on the same buffers, alternating with BlueConnect (each goes first on every "
+                "other iteration), same iteration counts\n", mpi_name, ver);
+  else
+    std::printf("# compare: %s of %s on the same buffers, in its own loop after BlueConnect's\n", mpi_name, ver);
+}
 
 void Bench::print_header() const {
   // Host names, gathered to rank 0.
@@ -512,25 +654,33 @@ void Bench::print_header() const {
   if (o_.via_mpi)
     std::printf("# via: BlueConnect through MPI_Allreduce etc. of %s (the PMPI preload), on its own duplicate of "
                 "MPI_COMM_WORLD; the MPI library through PMPI_*\n", g_interposer.c_str());
-  if (o_.compare_mpi) {
-    char ver[MPI_MAX_LIBRARY_VERSION_STRING];
-    int vlen = 0;
-    MPI_Get_library_version(ver, &vlen);
-    ver[std::strcspn(ver, ",\n")] = '\0';
-    std::printf("# compare: %s of %s on the same buffers, alternating with BlueConnect (each goes first on every "
-                "other iteration), same iteration counts\n", mpi_name, ver);
-  }
+  print_timing(mpi_name);
+  const bool b2b = o_.mode == Mode::BackToBack;
+  const char *checked = !o_.check ? "off (-c to check)"
+                        : !b2b    ? "every timed call, bit for bit against a local reference"
+                        : o_.inplace
+                            ? "after each timed loop, one more (untimed) call on fresh input, bit for bit against\n"
+                              "#   a local reference (in-place calls consume their input: the timed calls' own "
+                              "results are not checked)"
+                            : "after each timed loop, bit for bit against a local reference: the receive\n"
+                              "#   buffer as the loop's last call left it (poisoned before the loop), and the send "
+                              "buffer unchanged";
   std::printf("# data: %s, op %s, %s; check: %s\n", bc_dtype_name(o_.dtype),
               o_.coll == Coll::Allgather ? "none" : bc_op_name(o_.op), o_.inplace ? "in-place" : "out-of-place",
-              o_.check ? "every timed call, bit for bit against a local reference" : "off (-c to check)");
+              checked);
   std::printf("#   values: %s\n", data_.describe());
   std::printf("# sizes: %s to %s bytes, doubling; warm-up: ", format_bytes(o_.min_bytes).c_str(),
               format_bytes(o_.max_bytes).c_str());
   if (o_.warmup >= 0) std::printf("%d", o_.warmup);
   else std::printf("auto (5 up to %s, 2 above)", format_bytes(kWarmupBigBytes).c_str());
-  if (o_.iters) std::printf("; iterations: %d\n", o_.iters);
-  else std::printf("; iterations: auto (until the timed calls%s add up to %.1f s; %d to %d)\n",
-                   o_.compare_mpi ? " of both" : "", kAutoSeconds, kAutoMinIters, kAutoMaxIters);
+  if (o_.iters) std::printf("; iterations: %d per library\n", o_.iters);
+  else if (o_.mode == Mode::Interleave)
+    std::printf("; iterations: auto (until the timed calls%s add up to %.1f s; %d to %d)\n",
+                o_.compare_mpi ? " of both" : "", kAutoSeconds, kAutoMinIters, kAutoMaxIters);
+  else
+    std::printf("; iterations: auto, per library,\n#   fixed before its timed loop: %.1f s / the time per "
+                "call of its warm-up after the first call (max over ranks), %d to %d\n",
+                kAutoSeconds, kAutoMinIters, kAutoMaxIters);
 
   // The plan for the largest size, without the per-step lines.
   const int64_t count = shape_of(o_.max_bytes).total;
@@ -557,22 +707,27 @@ void Bench::print_header() const {
   else std::printf("#   size      bytes of the full buffer, p blocks of size/p (the %s)\n",
                    o_.coll == Coll::ReduceScatter ? "input" : "output");
   std::printf("#   count     elements in it: size / %zu floored%s\n", elem_, ar ? "" : ", then to a multiple of p");
-  std::printf("#   avg       each rank's mean time per call, then the max over ranks (us)\n");
+  std::printf("#   avg       each rank's %s, then the max over ranks (us)\n",
+              b2b ? "time of the timed loop / its N calls" : "mean time per call");
   if (o_.full) {
-    std::printf("#   min, max  each rank's fastest (slowest) call, then the max over ranks (us)\n");
-    std::printf("#   iters     timed calls per rank (each implementation)\n");
+    std::printf("#   min, max  each rank's fastest (slowest) call%s, then the max over ranks (us)\n",
+                b2b ? " (from the clock reads between calls)" : "");
+    std::printf("#   iters     timed calls per rank%s\n", o_.compare_mpi ? " (BlueConnect; mpi_iters: MPI)" : "");
   }
   std::printf("#   algbw     count * %zu bytes / avg, GB/s = 1e9 B/s\n", elem_);
   std::printf("#   busbw     algbw * %s = algbw * %.4f (nccl-tests' bus bandwidth)\n", ar ? "2(p-1)/p" : "(p-1)/p",
               busbw_factor_);
-  std::printf("#   #wrong    %s\n", o_.check ? "wrong output elements + changed input elements + damaged guard "
-                                                 "zones, summed over ranks and checked calls"
-                                               : "N/A: no check without -c");
+  std::printf("#   #wrong    %s%s\n",
+              o_.check ? "wrong output elements + changed input elements + damaged guard zones, summed over ranks "
+                         "and checks"
+                       : "N/A: no check without -c",
+              !o_.check ? "" : b2b ? " (one per timed loop)" : " (one per timed call)");
   if (o_.compare_mpi)
     std::printf("#   mpi_*     the same for %s; mpi/bc = mpi_avg / avg (> 1: BlueConnect faster)\n", mpi_name);
   if (o_.stages)
     std::printf(nstages_ ? "#   sK        time in hierarchy stage K (its reduce-scatter and all-gather steps): "
-                           "each rank's mean, then the max over ranks (us)\n"
+                           "each rank's mean, then the max over ranks (us);\n#             read after every timed "
+                           "call (bc_comm_stage_times: local, no communication)\n"
                          : "#   (--stages: the plan has no stages here, p = 1)\n");
   if (o_.plan)
     std::printf("#   pred      the cost model's predicted time for the plan chosen (BC_MODEL; N/A when off);\n"

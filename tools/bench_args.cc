@@ -2,7 +2,9 @@
 
 #include <cctype>
 #include <cerrno>
+#include <algorithm>
 #include <climits>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 
@@ -59,6 +61,21 @@ const char *coll_name(Coll c) {
   return "?";
 }
 
+const char *mode_name(Mode m) {
+  switch (m) {
+    case Mode::BackToBack: return "back-to-back";
+    case Mode::Interleave: return "interleave";
+    case Mode::App: return "app";
+  }
+  return "?";
+}
+
+int auto_iters(double seconds_per_call) {
+  if (seconds_per_call <= 0) return kAutoMaxIters;  // nothing measurable (count 0)
+  const double n = std::ceil(kAutoSeconds / seconds_per_call);  // compared as double: no int overflow
+  return static_cast<int>(std::max<double>(kAutoMinIters, std::min<double>(kAutoMaxIters, n)));
+}
+
 bool parse_bytes(const std::string &text, int64_t *out) {
   size_t i = 0;
   while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) ++i;
@@ -91,6 +108,16 @@ std::string format_bytes(int64_t b) {
 
 bool parse_args(int argc, char **argv, Options *opt, std::string *err) {
   bool sizes_given = false;
+  const char *mode_option = nullptr;  // the option that chose a mode: only one may
+  auto choose_mode = [&](const char *option, Mode m) {
+    if (mode_option && opt->mode != m) {
+      *err = std::string(option) + " and " + mode_option + " are different timing modes; choose one";
+      return false;
+    }
+    mode_option = option;
+    opt->mode = m;
+    return true;
+  };
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i], val;
     bool has_val = false;
@@ -158,6 +185,13 @@ bool parse_args(int argc, char **argv, Options *opt, std::string *err) {
       if (!value("mpi")) return false;
       if (val != "mpi") return bad("only 'mpi' is supported");
       opt->compare_mpi = true;
+    } else if (arg == "--interleave") {
+      if (!choose_mode("--interleave", Mode::Interleave)) return false;
+    } else if (arg == "--app") {
+      if (!value("microseconds of compute per call")) return false;
+      if (!parse_int(val, 0, &opt->app_us) || opt->app_us > kMaxAppUs)
+        return bad("expected microseconds, an integer from 0 to " + std::to_string(kMaxAppUs));
+      if (!choose_mode("--app", Mode::App)) return false;
     } else if (arg == "--via") {
       if (!value("mpi")) return false;
       if (val != "mpi") return bad("only 'mpi' is supported");
@@ -223,17 +257,34 @@ const char *usage_text() {
       "Usage: mpirun -np N bc_bench [options]\n"
       "Times BlueConnect collectives over a range of sizes, OSU/nccl-tests style.\n"
       "\n"
+      "Timing (the header states the mode; the JSON records it as \"mode\"):\n"
+      "  (default)         back-to-back, as nccl-tests and as a program calls a library in a\n"
+      "                    loop: per size, each library alone: warm-up, a barrier, then one\n"
+      "                    loop of N calls with nothing between them; time per call = the\n"
+      "                    loop's time / N on the slowest rank\n"
+      "      --interleave  every call timed alone after a barrier; with --compare mpi the two\n"
+      "                    libraries alternate call by call (the timing of earlier versions;\n"
+      "                    it hides slowdowns that need calls to follow each other)\n"
+      "      --app USEC    an application step: before each call USEC microseconds of compute\n"
+      "                    (busy-waiting on the monotonic clock) and an MPI barrier\n"
+      "                    (PMPI_Barrier); only the call is timed; each library alone\n"
+      "\n"
+      "Options:\n"
       "  --coll C          allreduce (default), reduce_scatter or allgather. For reduce_scatter\n"
       "                    and allgather a size is the full buffer: p blocks of size/p bytes.\n"
       "  -m, --msg-size R  sizes in bytes: MIN:MAX (doubling from MIN), or one SIZE; suffixes\n"
       "                    K M G are powers of 1024 (default 1K:16M). Any size is allowed:\n"
       "                    count = size / sizeof(dtype) floored (and a multiple of p for\n"
       "                    reduce_scatter/allgather); a count of 0 gives a row too.\n"
-      "  -i, --iters N     timed iterations per size (default auto: iterate until the timed\n"
-      "                    calls add up to 0.2 s, at least 3 and at most 200 iterations)\n"
-      "  -x, --warmup N    untimed iterations first (default 5 up to 1M, 2 above)\n"
-      "  -c, --check       exact-data check of every timed iteration: fills the #wrong column,\n"
-      "                    exits 1 when any result is wrong\n"
+      "  -i, --iters N     timed calls per size and library. Default auto: as many as take\n"
+      "                    0.2 s, at least 3 and at most 200, from the time per call of the\n"
+      "                    warm-up (the slowest rank's), fixed before the timed loop;\n"
+      "                    --interleave: until the timed calls add up to 0.2 s\n"
+      "  -x, --warmup N    untimed calls first (default 5 up to 1M, 2 above)\n"
+      "  -c, --check       exact-data check: fills the #wrong column, exits 1 when any result\n"
+      "                    is wrong. Back-to-back: after each timed loop, the results of its\n"
+      "                    last call (--inplace: of one more, untimed, call on fresh input);\n"
+      "                    --interleave and --app: every timed call\n"
       "  -t, --dtype T     float32 (default) float64 float16 bfloat16 int8 uint8 int32 uint32\n"
       "                    int64 uint64\n"
       "      --op OP       sum (default) prod min max avg band bor bxor (ignored by allgather)\n"
@@ -241,8 +292,9 @@ const char *usage_text() {
       "      --mem M       host (default) or cuda: device buffers (CUDA builds; -c checks\n"
       "                    through host copies, outside the timing)\n"
       "      --json FILE   also write one JSON object per size to FILE (JSON Lines)\n"
-      "      --compare mpi run the MPI library's own collective on the same buffers, interleaved\n"
-      "                    with BlueConnect, and add its latency, busbw and the ratio mpi/bc\n"
+      "      --compare mpi also time the MPI library's own collective on the same buffers, in\n"
+      "                    its own loop after BlueConnect's (--interleave: alternating call by\n"
+      "                    call), and add its latency, busbw and the ratio mpi/bc\n"
       "      --via mpi     call BlueConnect through MPI_Allreduce (etc.), as an application does\n"
       "                    under the PMPI preload (LD_PRELOAD=libblueconnect_mpi.so; checked),\n"
       "                    and the MPI library's own collective through PMPI_Allreduce\n"

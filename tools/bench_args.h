@@ -13,6 +13,16 @@ namespace bcbench {
 enum class Coll { Allreduce = 0, ReduceScatter, Allgather };
 const char *coll_name(Coll c);
 
+// How calls are timed (bc_bench's header spells each out).
+//   BackToBack: per size, each library alone: one loop of calls with nothing
+//     between them, timed as a whole, as a program calls a library in a loop.
+//   Interleave: every call timed alone after a barrier; with --compare mpi the
+//     libraries alternate call by call (the timing before back-to-back).
+//   App: each library alone; before each call a fixed compute time and a
+//     barrier, as an application step; every call timed alone.
+enum class Mode { BackToBack = 0, Interleave, App };
+const char *mode_name(Mode m);  // "back-to-back", "interleave", "app"
+
 struct Options {
   Coll coll = Coll::Allreduce;
   int64_t min_bytes = 1024;
@@ -25,6 +35,8 @@ struct Options {
   bool inplace = false;
   std::string json;
   bool compare_mpi = false;
+  Mode mode = Mode::BackToBack;
+  int app_us = 0;  // --app: microseconds of compute before each call
   bool via_mpi = false;  // BlueConnect through MPI_Allreduce (the PMPI preload); MPI through PMPI_*
   bool stages = false;
   bool plan = false;
@@ -40,6 +52,10 @@ constexpr int kAutoMinIters = 3;
 constexpr int kAutoMaxIters = 200;
 constexpr int64_t kWarmupBigBytes = 1 << 20;  // warm-up 5 up to this size, 2 above
 inline int auto_warmup(int64_t bytes) { return bytes <= kWarmupBigBytes ? 5 : 2; }
+// Back-to-back and app modes fix the count before the timed loop, from the
+// probed time of one call: enough calls for kAutoSeconds, within the bounds.
+int auto_iters(double seconds_per_call);
+constexpr int kMaxAppUs = 10000000;  // --app: 10 s per step at most (more is a typo)
 
 // Fills *opt; on a bad argument returns false with a one-line reason in *err.
 bool parse_args(int argc, char **argv, Options *opt, std::string *err);

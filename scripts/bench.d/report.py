@@ -52,6 +52,46 @@ def read_jsonl(path):
     return rows
 
 
+# bc_bench's timing modes (its "mode" JSON field): how the MPI side is placed,
+# what "time" is, and when -c checks. Rows without "mode" come from bc_bench
+# before the modes existed, which interleaved.
+TIMING = {
+    "back-to-back": {
+        "compare": "each library in its own back-to-back loop of calls, BlueConnect's first, on the same buffers",
+        "time": "the time of a back-to-back loop of calls / the calls, on the slowest rank",
+        "check": "the results checked bit for bit after every timed loop",
+        "bc": "in its own loop before that run's MPI configuration's",
+    },
+    "interleave": {
+        "compare": "MPI_Allreduce on the same buffers, alternating with BlueConnect call by call",
+        "time": "each rank's mean time per call, each call timed alone after a barrier, then the maximum over "
+                "the ranks",
+        "check": "every timed call checked bit for bit",
+        "bc": "alternating call by call with that run's MPI configuration",
+    },
+    "app": {
+        "compare": "each library alone, a fixed compute time and a barrier before every call, on the same buffers",
+        "time": "each rank's mean time per call (the call alone), then the maximum over the ranks",
+        "check": "every timed call checked bit for bit",
+        "bc": "alone, before that run's MPI configuration",
+    },
+}
+
+
+def timing_modes(data):
+    """The timing modes of all rows in data[layout][config][repeat][size]."""
+    return sorted({row.get("mode", "interleave") for c in data.values() for reps in c.values()
+                   for rows in reps.values() for row in rows.values()})
+
+
+def timing_text(modes, key):
+    """TIMING[mode][key] for the one mode of the runs, or one per mode, named."""
+    known = [m for m in modes if m in TIMING] or ["interleave"]
+    if len(known) == 1:
+        return TIMING[known[0]][key]
+    return "; ".join("%s: %s" % (m, TIMING[m][key]) for m in known)
+
+
 def fmt_size(b):
     for unit, mult in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
         if b >= mult and b % mult == 0:
@@ -214,9 +254,11 @@ def main():
     for c in configs:
         md.append("  - %s: `%s`" % (SHORT[c], meta.get("mca_" + c) or "(nothing more)"))
     md.append("- BlueConnect environment (`mpirun -x`): %s" % (meta.get("bc_env", "").strip() or "(none)"))
-    md.append("- bc_bench: all-reduce, float32 sum, out-of-place, `-c` (every timed call checked bit for bit), "
-              "`--compare mpi` (MPI_Allreduce on the same buffers, alternating with BlueConnect); sizes %s; "
-              "iterations %s; repeats %s" % (meta.get("sizes", "?"), meta.get("iters", "?"), meta.get("repeats", "?")))
+    modes = timing_modes(data)
+    md.append("- bc_bench: all-reduce, float32 sum, out-of-place, `-c` (%s), `--compare mpi` (%s); timing mode %s; "
+              "sizes %s; iterations %s; repeats %s" % (
+                  timing_text(modes, "check"), timing_text(modes, "compare"), ", ".join(modes) or "?",
+                  meta.get("sizes", "?"), meta.get("iters", "?"), meta.get("repeats", "?")))
     md.append("")
     if float(meta.get("load", "0 0 0").split()[0]) > 1.0 or busy_runs:
         md.append("**Warning: the machine was busy** (1-minute load %s at the start; %d of %d runs started with "
@@ -225,7 +267,7 @@ def main():
         md.append("")
     md.append("How to read the tables:")
     md.append("")
-    md.append("- time = bc_bench's avg: each rank's mean time per call, then the maximum over the ranks.")
+    md.append("- time = bc_bench's avg: %s." % timing_text(modes, "time"))
     md.append("- bound = max(2(N−1)/N · S/BW, 2(R−1)/R · S/TRUNK_BW) with N nodes, R racks, S bytes; the "
               "trunk term only with racks. % = bound / time (100% = as fast as the links allow).")
     md.append("- Open MPI columns: the best (lowest time) of the %s repeat(s) of that configuration." % meta.get("repeats", "?"))
@@ -235,9 +277,10 @@ def main():
                   "PMPI_Allreduce, the library underneath, in the same run.")
     else:
         md.append("- BlueConnect is called through its C API (bc_allreduce).")
-    md.append("- BlueConnect is measured in every run, alternating with that run's MPI configuration. "
+    md.append("- BlueConnect is measured in every run, %s. "
               "\"BlueConnect\" = per run configuration the best of its repeats (as for MPI), then the **median** "
-              "over the %d configuration(s); \"BC best\" = the best over all runs." % len(configs))
+              "over the %d configuration(s); \"BC best\" = the best over all runs." % (
+                  timing_text(modes, "bc"), len(configs)))
     md.append("- Plots: bus bandwidth as in nccl-tests, 2(p−1)/p · S / time with p = ranks, in Mbit/s; the dashed "
               "line is the bound in the same units.")
     md.append("")
