@@ -1,5 +1,6 @@
 #include "api/comm.h"
 
+#include <chrono>
 #include <cstring>
 #include <mutex>
 #include <set>
@@ -113,18 +114,34 @@ Status progress_setup(bc_comm *c) {
   return BC_OK;
 }
 
+double ms_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
+}
+
 Status comm_setup(bc_comm *c) {
+  const auto t0 = std::chrono::steady_clock::now();
   BC_CHECK(topo_detect(c->mpi, c->params, &c->topo));
+  const double topo_ms = ms_since(t0);
   c->hier = Hierarchy::build(c->topo);
   c->hier_leader = Hierarchy::build(c->topo, Hierarchy::Shape::Leader);
   c->hier_flat = Hierarchy::build(c->topo, Hierarchy::Shape::Flat);
   BC_CHECK(algo_parse(c->params.get_str(ParamId::Algo), &c->algo));
   BC_CHECK(plan_rules_parse(c->params.get_str(ParamId::Plan), &c->plan_rules));
+  const auto t1 = std::chrono::steady_clock::now();
   BC_CHECK(agree(c->mpi, select_transports(c), "transport selection"));
+  const double transports_ms = ms_since(t1);
   if (c->rank == 0 && log_enabled(LogLevel::Info, LogSys::Plan))
     BC_INFO(Plan, "%s", c->hier.describe(c->size * 1024, 4).c_str());
+  const auto t2 = std::chrono::steady_clock::now();
   BC_CHECK(agree(c->mpi, model_setup(c), "cost model"));
+  const double model_ms = ms_since(t2);
   if (c->params.get_int(ParamId::ProgressThread)) BC_CHECK(agree(c->mpi, progress_setup(c), "BC_PROGRESS_THREAD"));
+  if (c->rank == 0 && log_enabled(LogLevel::Info, LogSys::Init)) {
+    std::string names;
+    for (auto &t : c->transports) names += std::string(names.empty() ? "" : ",") + t->name();
+    BC_INFO(Init, "communicator of %d ranks created in %.1f ms (rank 0): topology %.1f, transports %.1f (%s), "
+            "cost model %.1f", c->size, ms_since(t0), topo_ms, transports_ms, names.c_str(), model_ms);
+  }
   return BC_OK;
 }
 
