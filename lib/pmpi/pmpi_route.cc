@@ -7,16 +7,16 @@ namespace bc {
 namespace pmpi {
 namespace {
 
-double median3(const double *v) {
-  double a[SizeRoute::kTimed];
-  std::copy(v, v + SizeRoute::kTimed, a);
-  std::sort(a, a + SizeRoute::kTimed);
-  return a[SizeRoute::kTimed / 2];
+double median(const double *v, int n) {
+  double a[SizeRoute::kTimedSmall];
+  std::copy(v, v + n, a);
+  std::sort(a, a + n);
+  return a[n / 2];
 }
 
-// Where in the probe sequence call `k` of a bucket falls.
-Path probe_path(int k) { return k < SizeRoute::kProbes / 2 ? Path::Bc : Path::Mpi; }
-bool probe_timed(int k) { return k % (SizeRoute::kProbes / 2) >= SizeRoute::kWarmup; }
+// Where in bucket b's probe sequence its call `k` falls.
+Path probe_path(int b, int k) { return k < SizeRoute::probes(b) / 2 ? Path::Bc : Path::Mpi; }
+bool probe_timed(int b, int k) { return k % (SizeRoute::probes(b) / 2) >= SizeRoute::kWarmup; }
 
 }  // namespace
 
@@ -30,12 +30,13 @@ int SizeRoute::bucket_of(int64_t bytes) {
 }
 
 Path SizeRoute::next(int64_t bytes, bool *timed) {
-  Bucket &b = buckets_[bucket_of(bytes)];
+  const int i = bucket_of(bytes);
+  Bucket &b = buckets_[i];
   *timed = false;
   Path p = b.path;
   if (!b.decided) {
-    p = probe_path(b.calls);
-    *timed = probe_timed(b.calls);
+    p = probe_path(i, b.calls);
+    *timed = probe_timed(i, b.calls);
     if (!*timed) ++b.calls;  // a warm-up call counts now; a timed one when it is recorded
   }
   ++b.served[static_cast<int>(p)];
@@ -43,12 +44,14 @@ Path SizeRoute::next(int64_t bytes, bool *timed) {
 }
 
 void SizeRoute::record(int64_t bytes, Path path, double seconds, const Agree &agree) {
-  Bucket &b = buckets_[bucket_of(bytes)];
-  if (b.decided || probe_path(b.calls) != path || !probe_timed(b.calls)) return;  // not the probe asked for
-  const int slot = b.calls % (kProbes / 2) - kWarmup;
+  const int i = bucket_of(bytes);
+  Bucket &b = buckets_[i];
+  if (b.decided || probe_path(i, b.calls) != path || !probe_timed(i, b.calls)) return;  // not the probe asked for
+  const int slot = b.calls % (probes(i) / 2) - kWarmup;
   (path == Path::Bc ? b.bc : b.mpi)[slot] = seconds;
-  if (++b.calls < kProbes) return;
-  double bc = median3(b.bc), mpi = median3(b.mpi);
+  if (++b.calls < probes(i)) return;
+  const int n = timed_per_library(i);
+  double bc = median(b.bc, n), mpi = median(b.mpi, n);
   b.decided = true;
   if (!agree(&bc, &mpi)) return;  // stays with BlueConnect
   b.bc_median = bc;
@@ -73,7 +76,7 @@ std::string SizeRoute::describe() const {
     int n = std::snprintf(line, sizeof line, "bytes %lld-%lld: blueconnect %llu, mpi %llu; ", lo, hi,
                           static_cast<unsigned long long>(b.served[0]), static_cast<unsigned long long>(b.served[1]));
     if (!b.decided)
-      std::snprintf(line + n, sizeof line - n, "learning (%d of %d probes)", b.calls, kProbes);
+      std::snprintf(line + n, sizeof line - n, "learning (%d of %d probes)", b.calls, probes(i));
     else if (b.bc_median == 0 && b.mpi_median == 0)
       std::snprintf(line + n, sizeof line - n, "blueconnect (the agreement failed)");
     else

@@ -10,10 +10,13 @@
 // How: sizes are grouped in power-of-two buckets. The first calls of each
 // bucket are probes, each library run back to back as the program calls it:
 //
-//   call of the bucket   0      1  2  3      4      5  6  7      8 ...
-//   served by            bc     bc bc bc     mpi    mpi mpi mpi  the winner
+//   call of the bucket   0      1 .. T       T+1    T+2 .. 2T+1   2T+2 ...
+//   served by            bc     bc           mpi    mpi            the winner
 //   timed                warm   yes          warm   yes
 //
+// with T = 9 timed calls per library below 1 MiB (cheap, and small calls are
+// the noisiest) and T = 3 from 1 MiB up. T depends on the size alone, never
+// on a time, so the probes line up on every rank.
 // After the last probe every rank contributes its medians to one small
 // PMPI_Allreduce (MAX) on the communicator, so every rank sees the same
 // numbers and takes the same route from then on (MPI requires every rank to
@@ -35,9 +38,13 @@ enum class Path : int { Bc = 0, Mpi = 1 };
 class SizeRoute {
  public:
   static constexpr int kBuckets = 48;     // up to 2^47 bytes
-  static constexpr int kWarmup = 1;       // untimed calls before each library's timed ones
-  static constexpr int kTimed = 3;        // timed calls per library (the median counts)
-  static constexpr int kProbes = 2 * (kWarmup + kTimed);
+  static constexpr int kWarmup = 1;         // untimed calls before each library's timed ones
+  static constexpr int kTimedSmall = 9;     // timed calls per library below kLargeBytes (the median counts)
+  static constexpr int kTimedLarge = 3;     // and from kLargeBytes up
+  static constexpr int64_t kLargeBytes = 1 << 20;
+  // Calls of a bucket that are probes.
+  static int probes(int bucket) { return 2 * (kWarmup + timed_per_library(bucket)); }
+  static int timed_per_library(int bucket) { return (int64_t{1} << bucket) >= kLargeBytes ? kTimedLarge : kTimedSmall; }
 
   // Replaces two local medians (seconds) by the largest over the ranks, on
   // every rank; returns false when that failed (the bucket then stays with
@@ -60,11 +67,11 @@ class SizeRoute {
 
  private:
   struct Bucket {
-    int calls = 0;  // probes so far (stops at kProbes)
+    int calls = 0;  // probes so far (stops at probes(bucket))
     bool decided = false;
     Path path = Path::Bc;
-    double bc[kTimed] = {0, 0, 0};
-    double mpi[kTimed] = {0, 0, 0};
+    double bc[kTimedSmall] = {};
+    double mpi[kTimedSmall] = {};
     double bc_median = 0, mpi_median = 0;  // agreed (slowest rank's), once decided
     uint64_t served[2] = {0, 0};            // calls by path, probes included
   };

@@ -11,7 +11,7 @@ namespace {
 // Runs one bucket's probes with the given per-call times; returns the calls' routes.
 std::vector<Path> probe(SizeRoute *r, int64_t bytes, double bc_s, double mpi_s, const SizeRoute::Agree &agree) {
   std::vector<Path> paths;
-  for (int k = 0; k < SizeRoute::kProbes; ++k) {
+  for (int k = 0; k < SizeRoute::probes(SizeRoute::bucket_of(bytes)); ++k) {
     bool timed = false;
     const Path p = r->next(bytes, &timed);
     paths.push_back(p);
@@ -38,9 +38,13 @@ TEST_CASE("SizeRoute: buckets are powers of two", "[pmpi]") {
 TEST_CASE("SizeRoute: probes each library back to back, then keeps the faster", "[pmpi]") {
   SizeRoute r;
   const std::vector<Path> paths = probe(&r, 4, 100e-6, 40e-6, as_is());
-  // 1 + 3 calls through BlueConnect, then 1 + 3 through MPI.
-  const std::vector<Path> want = {Path::Bc, Path::Bc, Path::Bc, Path::Bc, Path::Mpi, Path::Mpi, Path::Mpi, Path::Mpi};
+  // Small: 1 + 9 calls through BlueConnect, then 1 + 9 through MPI.
+  std::vector<Path> want(10, Path::Bc);
+  want.resize(20, Path::Mpi);
   CHECK(paths == want);
+  // From 1 MiB: 1 + 3 each.
+  CHECK(SizeRoute::probes(SizeRoute::bucket_of(1 << 20)) == 8);
+  CHECK(SizeRoute::probes(SizeRoute::bucket_of((1 << 20) - 1)) == 20);
   bool timed = true;
   CHECK(r.next(5, &timed) == Path::Mpi);  // same bucket (4..7): MPI was faster
   CHECK_FALSE(timed);
@@ -50,7 +54,7 @@ TEST_CASE("SizeRoute: probes each library back to back, then keeps the faster", 
   CHECK(r.next(1 << 20, &timed) == Path::Bc);
   CHECK_FALSE(timed);
   const std::string d = r.describe();
-  CHECK_THAT(d, Catch::Matchers::Contains("bytes 4-7: blueconnect 4, mpi 6; mpi (slowest rank's median: blueconnect 100.0 us, mpi 40.0 us)"));
+  CHECK_THAT(d, Catch::Matchers::Contains("bytes 4-7: blueconnect 10, mpi 12; mpi (slowest rank's median: blueconnect 100.0 us, mpi 40.0 us)"));
   CHECK_THAT(d, Catch::Matchers::Contains("bytes 1048576-2097151: blueconnect 5, mpi 4; blueconnect"));
 }
 
@@ -71,13 +75,11 @@ TEST_CASE("SizeRoute: the agreed (slowest rank's) numbers decide, and a tie stay
 
 TEST_CASE("SizeRoute: medians ignore one outlier; a failed agreement keeps BlueConnect", "[pmpi]") {
   SizeRoute r;
-  int k = 0;
-  for (; k < SizeRoute::kProbes; ++k) {
+  for (int k = 0; k < SizeRoute::probes(SizeRoute::bucket_of(128)); ++k) {
     bool timed = false;
     const Path p = r.next(128, &timed);
-    // BlueConnect: 10, 500, 10 us (one hiccup); MPI: 20 us each.
-    const double bc_times[] = {0, 10e-6, 500e-6, 10e-6};
-    if (timed) r.record(128, p, p == Path::Bc ? bc_times[k % 4] : 20e-6, as_is());
+    // BlueConnect: 10 us, but 500 us once (a hiccup); MPI: 20 us each.
+    if (timed) r.record(128, p, p == Path::Bc ? (k == 2 ? 500e-6 : 10e-6) : 20e-6, as_is());
   }
   bool timed = false;
   CHECK(r.next(128, &timed) == Path::Bc);
@@ -90,5 +92,5 @@ TEST_CASE("SizeRoute: medians ignore one outlier; a failed agreement keeps BlueC
   CHECK(learning.unprobed(256) == Path::Bc);
   CHECK(learning.next(256, &timed) == Path::Bc);
   CHECK_FALSE(timed);  // still the untimed first probe
-  CHECK_THAT(learning.describe(), Catch::Matchers::Contains("learning (1 of 8 probes)"));
+  CHECK_THAT(learning.describe(), Catch::Matchers::Contains("learning (1 of 20 probes)"));
 }
