@@ -88,6 +88,17 @@ Status progress_setup(bc_comm *c) {
   return BC_OK;
 }
 
+// The private duplicate: MPI errors on it come back as codes (and become
+// BlueConnect errors) instead of aborting the job, whatever handler the
+// caller's communicator has.
+Status private_comm_setup(bc_comm *c) {
+  BC_MPI_CHECK(MPI_Comm_set_errhandler(c->mpi, MPI_ERRORS_RETURN));
+  BC_MPI_CHECK(MPI_Comm_set_name(c->mpi, "blueconnect"));
+  BC_MPI_CHECK(MPI_Comm_rank(c->mpi, &c->rank));
+  BC_MPI_CHECK(MPI_Comm_size(c->mpi, &c->size));
+  return BC_OK;
+}
+
 Status comm_setup(bc_comm *c) {
   BC_CHECK(topo_detect(c->mpi, c->params, &c->topo));
   c->hier = Hierarchy::build(c->topo);
@@ -153,7 +164,7 @@ Status api_finalize() {
   for (const bc_comm *c : leftovers) {
     BC_WARN(Api, "bc_finalize: a communicator of %d ranks was not destroyed; freeing it", c->size);
     bc_comm *m = const_cast<bc_comm *>(c);
-    if (m->mpi != MPI_COMM_NULL) MPI_Comm_free(&m->mpi);
+    if (m->mpi != MPI_COMM_NULL) BC_MPI_WARN(MPI_Comm_free(&m->mpi));
     m->magic = 0;
     delete m;
   }
@@ -190,15 +201,13 @@ Status comm_create(MPI_Comm comm, const char *options, bc_comm **out) {
   // Bad options fail on every rank alike (every rank must pass the same string).
   BC_CHECK(c->params.apply_overrides(options));
   BC_MPI_CHECK(MPI_Comm_dup(comm, &c->mpi));
-  MPI_Comm_set_name(c->mpi, "blueconnect");
-  MPI_Comm_rank(c->mpi, &c->rank);
-  MPI_Comm_size(c->mpi, &c->size);
-  Status st = comm_setup(c.get());
+  Status st = private_comm_setup(c.get());
+  if (st == BC_OK) st = comm_setup(c.get());
   if (st != BC_OK) {
     trail(st, __FILE__, __LINE__);
     c->progress.reset();
     c->transports.clear();
-    MPI_Comm_free(&c->mpi);
+    BC_MPI_WARN(MPI_Comm_free(&c->mpi));
     return st;
   }
   c->magic = kCommMagic;
@@ -224,8 +233,9 @@ Status comm_destroy(bc_comm *comm) {
   comm->dev_transports.clear();  // they wrap the host transports: first
   comm->dev_pool.clear();
   comm->transports.clear();
-  if (comm->mpi != MPI_COMM_NULL) MPI_Comm_free(&comm->mpi);
+  const int rc = comm->mpi != MPI_COMM_NULL ? MPI_Comm_free(&comm->mpi) : MPI_SUCCESS;
   delete comm;
+  BC_MPI_CHECK(rc);
   return BC_OK;
 }
 
