@@ -210,8 +210,8 @@ class CudaTransport final : public Transport {
 
   Status start_copy(Req *r) {
     if (r->desc.bytes != r->bytes)
-      return BC_FAIL(BC_ERR_INTERNAL, "rank %d sends %llu bytes, rank %d expects %zu", r->peer,
-                     static_cast<unsigned long long>(r->desc.bytes), rank_, r->bytes);
+      return BC_FAIL(BC_ERR_TRANSPORT, "cuda transport: receive from rank %d (tag %#x, %zu bytes): the sender offers %llu bytes",
+                     r->peer, static_cast<unsigned>(r->tag), r->bytes, static_cast<unsigned long long>(r->desc.bytes));
     if (!r->event) {
       if (!free_events_.empty()) {
         r->event = free_events_.back();
