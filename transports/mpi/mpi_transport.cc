@@ -12,6 +12,8 @@
 // message of the wrong size is received into a buffer of its own size (so it
 // cannot match anything later, and its sender completes) and the receive fails
 // with BC_ERR_TRANSPORT naming the peer, the tag and both sizes.
+#include <sched.h>
+
 #include <climits>
 #include <chrono>
 #include <cstring>
@@ -30,6 +32,14 @@ using Clock = std::chrono::steady_clock;
 // How long the destructor waits for drained messages to finish arriving before
 // it leaves their buffers to MPI.
 constexpr int kDrainWaitMs = 1000;
+// How long cancel() lets a send, or a receive already matched, finish before it
+// leaves the request to MPI. Neither can be cancelled once under way (Open MPI's
+// ob1 never cancels a send), both use the caller's buffer, and the caller may
+// free that buffer as soon as the collective has failed: a peer that drains the
+// message later would make MPI read freed memory (seen: process_vm_readv EFAULT
+// on the receiver, then SIGSEGV in the sender's ob1). A peer that has failed too
+// drains what it cannot use at once, so this wait is usually milliseconds.
+constexpr int kCancelWaitMs = 200;
 
 // What a TransportRequest's slot holds for this transport.
 struct MpiSlot {
@@ -237,8 +247,20 @@ void MpiTransport::cancel(TransportRequest *req) {
     return;
   }
   if (s->req == MPI_REQUEST_NULL) return;
-  // A matched receive or a send can rarely be cancelled; freeing the request
-  // lets MPI finish it on its own.
+  // Let it finish while the caller's buffer is still there (kCancelWaitMs).
+  const auto deadline = Clock::now() + std::chrono::milliseconds(kCancelWaitMs);
+  for (;;) {
+    int flag = 0;
+    const int rc = MPI_Test(&s->req, &flag, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS || flag) return;  // done, or failed: either way MPI is through with the buffer
+    if (!drains_.empty()) advance_drains();
+    if (Clock::now() >= deadline) break;
+    sched_yield();
+  }
+  // Nobody takes it (a peer that stopped before posting the receive): left to
+  // MPI, which reads or writes the buffer only if the peer ever matches it.
+  BC_DEBUGLOG(Transport, "mpi transport: a %s rank %d (tag %#x, %zu bytes) did not finish within %d ms; left to MPI",
+              s->is_recv ? "receive from" : "send to", req->peer, s->tag, s->bytes, kCancelWaitMs);
   int rc = MPI_Cancel(&s->req);
   if (rc == MPI_SUCCESS) rc = MPI_Request_free(&s->req);
   if (rc != MPI_SUCCESS)
