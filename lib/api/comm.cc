@@ -264,7 +264,7 @@ PlanChoice comm_choose(const bc_comm *c, int64_t bytes) {
   PlanChoice base;
   base.algo = c->algo;
   base.chunk_bytes = c->params.get_int(ParamId::Chunk);
-  base.depth = static_cast<int>(std::max<int64_t>(1, c->params.get_int(ParamId::PipelineDepth)));
+  base.depth = static_cast<int>(c->params.get_int(ParamId::PipelineDepth));  // 1..1024: the registry's range
   if (c->model.empty()) return plan_choose(c->plan_rules, bytes, base);
   auto it = c->model_choices.find(bytes);
   if (it == c->model_choices.end()) {
@@ -293,7 +293,7 @@ ExecContext exec_context(const bc_comm *c, bc_dtype_t dtype, bc_op_t op, bc_memt
   ctx.op = op == BC_AVG ? BC_SUM : op;
   ctx.nranks = c->size;
   ctx.timeout_ms = c->params.get_int(ParamId::Timeout);
-  ctx.spin_count = std::max<int64_t>(1, c->params.get_int(ParamId::SpinCount));
+  ctx.spin_count = c->params.get_int(ParamId::SpinCount);  // at least 1: the registry's range
   // Sleeping on one transport's event fd is only safe when every peer uses it.
   for (int r = 0; r < c->size && !dev; ++r) {
     if (r == c->rank) continue;
@@ -323,7 +323,7 @@ Status comm_plan(bc_comm *c, CollKind kind, bool average, int64_t count, const P
                          choice.top_rd, &choice.stage_algos));
   if (log_enabled(LogLevel::Debug, LogSys::Plan))
     BC_DEBUGLOG(Plan, "rank %d %s", c->rank, describe_program(*prog, 1).c_str());
-  const size_t max_plans = static_cast<size_t>(std::max<int64_t>(1, c->params.get_int(ParamId::MaxPlanCache)));
+  const size_t max_plans = static_cast<size_t>(c->params.get_int(ParamId::MaxPlanCache));
   while (c->plans.size() >= max_plans) c->plans.pop_front();
   c->plans.emplace_back(key, prog);
   *out = prog;
