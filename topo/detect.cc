@@ -90,13 +90,16 @@ Status topo_file_keys(const std::string &path, std::vector<int64_t> *keys, int *
 // node split (which every rank makes).
 Status node_leader_of(MPI_Comm comm, int64_t *leader) {
   int rank = 0;
-  MPI_Comm_rank(comm, &rank);
+  BC_MPI_CHECK(MPI_Comm_rank(comm, &rank));
   MPI_Comm node;
   BC_MPI_CHECK(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node));
+  // Ours for a moment: errors come back as codes, as on the communicator it came from.
+  int rc = MPI_Comm_set_errhandler(node, MPI_ERRORS_RETURN);
   int node_leader = rank;
-  int rc = MPI_Bcast(&node_leader, 1, MPI_INT, 0, node);
-  MPI_Comm_free(&node);
+  if (rc == MPI_SUCCESS) rc = MPI_Bcast(&node_leader, 1, MPI_INT, 0, node);
+  const int free_rc = MPI_Comm_free(&node);
   BC_MPI_CHECK(rc);
+  BC_MPI_CHECK(free_rc);
   *leader = node_leader;
   return BC_OK;
 }

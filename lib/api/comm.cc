@@ -118,6 +118,17 @@ double ms_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
 }
 
+// The private duplicate: MPI errors on it come back as codes (and become
+// BlueConnect errors) instead of aborting the job, whatever handler the
+// caller's communicator has.
+Status private_comm_setup(bc_comm *c) {
+  BC_MPI_CHECK(MPI_Comm_set_errhandler(c->mpi, MPI_ERRORS_RETURN));
+  BC_MPI_CHECK(MPI_Comm_set_name(c->mpi, "blueconnect"));
+  BC_MPI_CHECK(MPI_Comm_rank(c->mpi, &c->rank));
+  BC_MPI_CHECK(MPI_Comm_size(c->mpi, &c->size));
+  return BC_OK;
+}
+
 Status comm_setup(bc_comm *c) {
   const auto t0 = std::chrono::steady_clock::now();
   BC_CHECK(topo_detect(c->mpi, c->params, &c->topo));
@@ -195,7 +206,7 @@ Status api_finalize() {
   for (const bc_comm *c : leftovers) {
     BC_WARN(Api, "bc_finalize: a communicator of %d ranks was not destroyed; freeing it", c->size);
     bc_comm *m = const_cast<bc_comm *>(c);
-    if (m->mpi != MPI_COMM_NULL) MPI_Comm_free(&m->mpi);
+    if (m->mpi != MPI_COMM_NULL) BC_MPI_WARN(MPI_Comm_free(&m->mpi));
     m->magic = 0;
     delete m;
   }
@@ -232,15 +243,13 @@ Status comm_create(MPI_Comm comm, const char *options, bc_comm **out) {
   // Bad options fail on every rank alike (every rank must pass the same string).
   BC_CHECK(c->params.apply_overrides(options));
   BC_MPI_CHECK(MPI_Comm_dup(comm, &c->mpi));
-  MPI_Comm_set_name(c->mpi, "blueconnect");
-  MPI_Comm_rank(c->mpi, &c->rank);
-  MPI_Comm_size(c->mpi, &c->size);
-  Status st = comm_setup(c.get());
+  Status st = private_comm_setup(c.get());
+  if (st == BC_OK) st = comm_setup(c.get());
   if (st != BC_OK) {
     trail(st, __FILE__, __LINE__);
     c->progress.reset();
     c->transports.clear();
-    MPI_Comm_free(&c->mpi);
+    BC_MPI_WARN(MPI_Comm_free(&c->mpi));
     return st;
   }
   c->magic = kCommMagic;
@@ -267,8 +276,9 @@ Status comm_destroy(bc_comm *comm) {
   comm->dev_pool.clear();
   comm->host_pool.clear();
   comm->transports.clear();
-  if (comm->mpi != MPI_COMM_NULL) MPI_Comm_free(&comm->mpi);
+  const int rc = comm->mpi != MPI_COMM_NULL ? MPI_Comm_free(&comm->mpi) : MPI_SUCCESS;
   delete comm;
+  BC_MPI_CHECK(rc);
   return BC_OK;
 }
 
@@ -297,7 +307,7 @@ PlanChoice comm_choose(const bc_comm *c, int64_t bytes) {
   PlanChoice base;
   base.algo = c->algo;
   base.chunk_bytes = c->params.get_int(ParamId::Chunk);
-  base.depth = static_cast<int>(std::max<int64_t>(1, c->params.get_int(ParamId::PipelineDepth)));
+  base.depth = static_cast<int>(c->params.get_int(ParamId::PipelineDepth));  // 1..1024: the registry's range
   if (c->model.empty()) return plan_choose(c->plan_rules, bytes, base);
   auto it = c->model_choices.find(bytes);
   if (it == c->model_choices.end()) {
@@ -326,7 +336,7 @@ ExecContext exec_context(const bc_comm *c, bc_dtype_t dtype, bc_op_t op, bc_memt
   ctx.op = op == BC_AVG ? BC_SUM : op;
   ctx.nranks = c->size;
   ctx.timeout_ms = c->params.get_int(ParamId::Timeout);
-  ctx.spin_count = std::max<int64_t>(1, c->params.get_int(ParamId::SpinCount));
+  ctx.spin_count = c->params.get_int(ParamId::SpinCount);  // at least 1: the registry's range
   // Sleeping on one transport's event fd is only safe when every peer uses it.
   for (int r = 0; r < c->size && !dev; ++r) {
     if (r == c->rank) continue;
@@ -356,7 +366,7 @@ Status comm_plan(bc_comm *c, CollKind kind, bool average, int64_t count, const P
                          choice.top_rd, &choice.stage_algos));
   if (log_enabled(LogLevel::Debug, LogSys::Plan))
     BC_DEBUGLOG(Plan, "rank %d %s", c->rank, describe_program(*prog, 1).c_str());
-  const size_t max_plans = static_cast<size_t>(std::max<int64_t>(1, c->params.get_int(ParamId::MaxPlanCache)));
+  const size_t max_plans = static_cast<size_t>(c->params.get_int(ParamId::MaxPlanCache));
   while (c->plans.size() >= max_plans) c->plans.pop_front();
   c->plans.emplace_back(key, prog);
   *out = prog;

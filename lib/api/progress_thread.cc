@@ -20,7 +20,7 @@ Status progress_thread_allowed(const char *mpi_user, int mpi_thread_level) {
 }
 
 ProgressThread::ProgressThread(bc_comm *comm)
-    : comm_(comm), spin_count_(std::max<int64_t>(1, comm->params.get_int(ParamId::SpinCount))) {}
+    : comm_(comm), spin_count_(comm->params.get_int(ParamId::SpinCount)) {}
 
 ProgressThread::~ProgressThread() { stop(); }
 

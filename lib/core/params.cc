@@ -14,73 +14,85 @@ extern char **environ;
 namespace bc {
 namespace {
 
+constexpr int64_t kKiB = 1024, kMiB = 1024 * kKiB, kGiB = 1024 * kMiB;
+constexpr int64_t kHour = 3600 * 1000;  // Seconds parameters hold milliseconds
+
 // The registry. Keep the rows in ParamId order; params.cc's unit test checks it.
 const ParamDef kParamDefs[] = {
     {ParamId::Debug, "BC_DEBUG", ParamType::String, "",
-     nullptr,
+     nullptr, kParamAnyRange,
      "Log level and subsystems, comma separated: a level (NONE ERROR WARN INFO DEBUG TRACE) "
      "and/or subsystems (INIT TOPO PLAN SCHED TRANSPORT API PMPI). 'PLAN' alone prints each "
      "plan at INFO. Default: warnings and errors (nothing at all under the PMPI preload)."},
-    {ParamId::DebugFile, "BC_DEBUG_FILE", ParamType::String, "", nullptr,
+    {ParamId::DebugFile, "BC_DEBUG_FILE", ParamType::String, "", nullptr, kParamAnyRange,
      "Write log lines to this file instead of stderr; %h = host, %p = pid, %r = world rank."},
-    {ParamId::Topo, "BC_TOPO", ParamType::String, "", nullptr,
+    {ParamId::Topo, "BC_TOPO", ParamType::String, "", nullptr, kParamAnyRange,
      "Virtual hierarchy, fastest level first, grouping ranks in rank order. '2x2x2': 2 ranks per "
      "node, 2 nodes per rack, 2 racks. Levels are separated by 'x' or '/'; a level is one number "
      "(every unit the same) or a comma list of unit sizes ('3,2,3' = nodes of 3, 2 and 3 ranks). "
      "The top level may be left out: the remaining units form one group. Empty: detect nodes "
      "with MPI_COMM_TYPE_SHARED, then BC_TOPO_FILE and BC_TOPO_INTRA."},
-    {ParamId::TopoFile, "BC_TOPO_FILE", ParamType::String, "", nullptr,
+    {ParamId::TopoFile, "BC_TOPO_FILE", ParamType::String, "", nullptr, kParamAnyRange,
      "Levels above the node: a file of lines 'HOSTNAME GROUP [GROUP2 ...]' (e.g. 'node07 rack1 "
      "row0'); '#' starts a comment. Each column adds one level, slower than the last. Every host "
      "of the job must be listed."},
-    {ParamId::TopoIntra, "BC_TOPO_INTRA", ParamType::Enum, "none", "none|package|numa",
+    {ParamId::TopoIntra, "BC_TOPO_INTRA", ParamType::Enum, "none", "none|package|numa", kParamAnyRange,
      "Add a level inside the node from the hwloc tree: ranks bound to the same package (socket) "
      "or NUMA node form a group. Ranks that are not bound within one such object ignore it."},
-    {ParamId::Transport, "BC_TRANSPORT", ParamType::Enum, "auto", "auto|mpi|ucx|shm",
+    {ParamId::Transport, "BC_TRANSPORT", ParamType::Enum, "auto", "auto|mpi|ucx|shm", kParamAnyRange,
      "Transport for every stage. auto: the best available per stage; a forced transport that "
      "cannot serve a stage is an error at communicator creation."},
-    {ParamId::Algo, "BC_ALGO", ParamType::Enum, "auto", "auto|ring|rhd|direct",
+    {ParamId::Algo, "BC_ALGO", ParamType::Enum, "auto", "auto|ring|rhd|direct", kParamAnyRange,
      "Algorithm for every stage: ring, recursive halving/doubling (rhd; a group that is not a "
      "power of two folds pairs into one first) or direct exchange. auto: inside the node rhd for "
      "power-of-two groups, else ring; above the node the ring (the cost model, BC_MODEL, picks "
      "per stage instead when it is on). A forced algorithm whose preconditions fail for a group "
      "is an error."},
-    {ParamId::Timeout, "BC_TIMEOUT", ParamType::Seconds, "120s", nullptr,
+    {ParamId::Timeout, "BC_TIMEOUT", ParamType::Seconds, "120s", nullptr, {0, 24 * kHour, nullptr},
      "A collective that waits longer than this for a peer fails with BC_ERR_TIMEOUT and marks "
-     "the communicator broken. Units: ms, s, m; a bare number is seconds. 0 waits forever."},
-    {ParamId::SpinCount, "BC_SPIN_COUNT", ParamType::Int, "64", nullptr,
+     "the communicator broken. Units: ms, s, m, h; a bare number is seconds. 0 waits forever "
+     "(longer than a day, use 0)."},
+    {ParamId::SpinCount, "BC_SPIN_COUNT", ParamType::Int, "64", nullptr, {1, 1000000, nullptr},
      "Progress polls without any completion before the waiting thread yields the core "
-     "(sched_yield). Keep it low when ranks outnumber cores."},
-    {ParamId::MaxPlanCache, "BC_PLAN_CACHE", ParamType::Int, "32", nullptr,
-     "Plans kept per communicator (one per element count and collective)."},
-    {ParamId::Disable, "BC_DISABLE", ParamType::Bool, "0", nullptr,
+     "(sched_yield). Keep it low when ranks outnumber cores: at the maximum, 10^6 polls, a "
+     "waiting rank can hold its core for about a second before it lets another rank run."},
+    {ParamId::MaxPlanCache, "BC_PLAN_CACHE", ParamType::Int, "32", nullptr, {1, 4096, nullptr},
+     "Plans kept per communicator (one per element count and collective); each holds every "
+     "step of this rank's program, so thousands are already a lot of memory."},
+    {ParamId::Disable, "BC_DISABLE", ParamType::Bool, "0", nullptr, kParamAnyRange,
      "PMPI preload: 1 passes every call straight to the MPI library."},
-    {ParamId::PmpiStats, "BC_PMPI_STATS", ParamType::String, "", nullptr,
+    {ParamId::PmpiStats, "BC_PMPI_STATS", ParamType::String, "", nullptr, kParamAnyRange,
      "PMPI preload: at MPI_Finalize, write how many calls of each collective BlueConnect served "
      "and how many it passed to MPI (and why) to this file; %r = world rank, %p = pid, '-' = stderr."},
-    {ParamId::PmpiMinBytes, "BC_PMPI_MIN_BYTES", ParamType::Bytes, "0", nullptr,
+    {ParamId::PmpiMinBytes, "BC_PMPI_MIN_BYTES", ParamType::Bytes, "0", nullptr, {0, kParamNoMax, nullptr},
      "PMPI preload: messages smaller than this go to the MPI library unchanged."},
-    {ParamId::ShmMode, "BC_SHM_MODE", ParamType::Enum, "auto", "auto|cma|copy",
+    {ParamId::ShmMode, "BC_SHM_MODE", ParamType::Enum, "auto", "auto|cma|copy", kParamAnyRange,
      "Shared-memory transport: cma = single copy with process_vm_readv; copy = through the "
      "shared segment (two copies); auto = cma where the kernel allows it, else copy."},
-    {ParamId::ShmChunk, "BC_SHM_CHUNK", ParamType::Bytes, "256K", nullptr,
-     "Shared-memory transport: bytes per chunk of a copied message (copy mode)."},
-    {ParamId::UcxWait, "BC_UCX_WAIT", ParamType::Enum, "yield", "yield|event",
+    {ParamId::ShmChunk, "BC_SHM_CHUNK", ParamType::Bytes, "256K", nullptr, {64, 64 * kMiB, nullptr},
+     "Shared-memory transport: bytes per chunk of a copied message (copy mode). Rounded up to "
+     "64 bytes (a cache line); the segment holds several chunks per pair of ranks, hence the maximum."},
+    {ParamId::UcxWait, "BC_UCX_WAIT", ParamType::Enum, "yield", "yield|event", kParamAnyRange,
      "UCX transport, when a wait finds nothing to do: yield the core (sched_yield), or sleep on "
      "the worker's event fd (ucp_worker_arm) until the network wakes it."},
-    {ParamId::UcxRndvThresh, "BC_UCX_RNDV_THRESH", ParamType::Bytes, "512K", nullptr,
+    {ParamId::UcxRndvThresh, "BC_UCX_RNDV_THRESH", ParamType::Bytes, "512K", nullptr, {0, kGiB, nullptr},
      "UCX transport: messages up to this size go eagerly, larger ones by rendezvous (UCX's "
      "RNDV_THRESH for this library's own UCX context; UCX_RNDV_THRESH in the environment wins). "
      "UCX's own choice over TCP sent 32 KiB by rendezvous, one extra round trip: a 32 KiB "
      "all-reduce through node leaders took 1000 us instead of 640 us (2 simulated nodes, "
-     "100 us links). Every message the cost model plans is at most 256 KiB."},
-    {ParamId::Chunk, "BC_CHUNK", ParamType::Bytes, "1M", nullptr,
+     "100 us links). Every message the cost model plans is at most 256 KiB; above 1G nothing "
+     "is sent eagerly in practice."},
+    {ParamId::Chunk, "BC_CHUNK", ParamType::Bytes, "1M", nullptr, {4 * kKiB, kGiB, "one chunk"},
      "All-reduce pipelining: the buffer is cut into chunks of about this many bytes that stream "
      "through the stages one after another (0 = one chunk). Smaller chunks overlap the stages "
-     "more but pay each step's latency more often."},
-    {ParamId::PipelineDepth, "BC_PIPELINE_DEPTH", ParamType::Int, "4", nullptr,
-     "All-reduce pipelining: chunks in flight at once (at least 1)."},
-    {ParamId::Plan, "BC_PLAN", ParamType::String, "-32K:shape=leader,top=rd", nullptr,
+     "more but pay each step's latency more often. At least 4K: below that the per-chunk "
+     "overhead (every step's latency, tens of microseconds, once per chunk) dominates the "
+     "transfer itself; BC_CHUNK=1 made a 400 KB all-reduce take 6.5 s. At most 1G, so that "
+     "every message stays under MPI's 2 GiB count limit."},
+    {ParamId::PipelineDepth, "BC_PIPELINE_DEPTH", ParamType::Int, "4", nullptr, {1, 1024, nullptr},
+     "All-reduce pipelining: chunks in flight at once. Each one in flight holds its own "
+     "scratch buffer and posted messages; beyond 1024 that costs more than it overlaps."},
+    {ParamId::Plan, "BC_PLAN", ParamType::String, "-32K:shape=leader,top=rd", nullptr, kParamAnyRange,
      "Plan per message size, overriding the built-in choice: '|'-separated rules "
      "'MIN-MAX:shape=split|leader|flat,algo=auto|ring|rhd|direct[/...],top=rd|split,chunk=BYTES,depth=N' (bytes of the "
      "whole buffer, MAX excluded, either side optional; first match wins), e.g. "
@@ -89,7 +101,7 @@ const ParamDef kParamDefs[] = {
      "doubling (fewest steps); larger ones take BlueConnect's split. BC_PLAN= (empty) means the "
      "split for every size. With a cost model (BC_MODEL) the default rules give way to the "
      "model's choice; rules set here still override it."},
-    {ParamId::Model, "BC_MODEL", ParamType::Enum, "auto", "auto|calibrate|off",
+    {ParamId::Model, "BC_MODEL", ParamType::Enum, "auto", "auto|calibrate|off", kParamAnyRange,
      "The alpha-beta cost model that chooses the plan per size (shape, top, algorithm per stage, "
      "chunk, depth; docs/PLANS.md). calibrate: measure every level's algorithms at communicator "
      "creation (a few dozen short collectives per level, about 1 s on the simulated 4-node cluster); "
@@ -97,24 +109,26 @@ const ParamDef kParamDefs[] = {
      "spans more than one node, else off; off: the fixed defaults of BC_PLAN, BC_CHUNK, "
      "BC_PIPELINE_DEPTH. Knobs set explicitly (BC_ALGO, BC_CHUNK, BC_PIPELINE_DEPTH, BC_PLAN) "
      "override the model's choice."},
-    {ParamId::ModelFile, "BC_MODEL_FILE", ParamType::String, "", nullptr,
+    {ParamId::ModelFile, "BC_MODEL_FILE", ParamType::String, "", nullptr, kParamAnyRange,
      "Cost model cache: when the model is on and this file holds a model for the same layout, "
      "it is loaded instead of calibrating; otherwise rank 0 writes the calibrated model here. "
      "Text, one 'fit LEVEL ALGO ALPHA BETA' line per level and algorithm (docs/PLANS.md)."},
-    {ParamId::CudaIpc, "BC_CUDA_IPC", ParamType::Bool, "1", nullptr,
+    {ParamId::CudaIpc, "BC_CUDA_IPC", ParamType::Bool, "1", nullptr, kParamAnyRange,
      "Device buffers (CUDA builds): same-node peers use CUDA IPC (1), or go through pinned host "
      "staging like other-node peers (0; for testing the staging path on one node)."},
-    {ParamId::CudaIpcCache, "BC_CUDA_IPC_CACHE", ParamType::Int, "64", nullptr,
+    {ParamId::CudaIpcCache, "BC_CUDA_IPC_CACHE", ParamType::Int, "64", nullptr, {1, 4096, nullptr},
      "Device buffers (CUDA builds): opened CUDA IPC mappings of peers' buffers kept per communicator; "
-     "the least recently used beyond this many are closed (at least 1). A mapping is also closed "
+     "the least recently used beyond this many are closed. A mapping is also closed "
      "when its peer frees the buffer and sends a new handle for the same address range."},
-    {ParamId::CudaStagingChunk, "BC_CUDA_STAGING_CHUNK", ParamType::Bytes, "1M", nullptr,
+    {ParamId::CudaStagingChunk, "BC_CUDA_STAGING_CHUNK", ParamType::Bytes, "1M", nullptr, {4 * kKiB, kGiB, nullptr},
      "Device buffers crossing nodes (CUDA builds): size of each pinned host bounce buffer; larger "
-     "transfers are cut into pieces of this size, copied and sent in order."},
-    {ParamId::CudaStagingBufs, "BC_CUDA_STAGING_BUFS", ParamType::Int, "8", nullptr,
+     "transfers are cut into pieces of this size, copied and sent in order. Below 4K the "
+     "per-piece copy and message overhead dominates."},
+    {ParamId::CudaStagingBufs, "BC_CUDA_STAGING_BUFS", ParamType::Int, "8", nullptr, {2, 256, nullptr},
      "Device buffers crossing nodes (CUDA builds): pinned bounce buffers per direction (sends, "
-     "receives), at least 2 so that a copy overlaps the previous piece's network transfer."},
-    {ParamId::ProgressThread, "BC_PROGRESS_THREAD", ParamType::Bool, "0", nullptr,
+     "receives), at least 2 so that a copy overlaps the previous piece's network transfer; each "
+     "is pinned host memory of BC_CUDA_STAGING_CHUNK bytes."},
+    {ParamId::ProgressThread, "BC_PROGRESS_THREAD", ParamType::Bool, "0", nullptr, kParamAnyRange,
      "Non-blocking all-reduce: 1 gives each communicator a thread that advances bc_iallreduce "
      "requests while the caller computes; bc_test then only reads a flag and bc_wait sleeps until "
      "the thread has finished the request. The thread sleeps while no request is in flight and "
@@ -122,7 +136,7 @@ const ParamDef kParamDefs[] = {
      "communicator take it over meanwhile. Read at communicator creation. With the mpi transport "
      "it needs MPI initialised with MPI_Init_thread(MPI_THREAD_MULTIPLE); otherwise the creation "
      "fails (use shm or ucx). 0: progress happens only inside bc_test, bc_wait and blocking calls."},
-    {ParamId::PmpiRoute, "BC_PMPI_ROUTE", ParamType::Enum, "learn", "learn|bc",
+    {ParamId::PmpiRoute, "BC_PMPI_ROUTE", ParamType::Enum, "learn", "learn|bc", kParamAnyRange,
      "PMPI preload, MPI_Allreduce: learn = per communicator and power-of-two size bucket, the "
      "first calls of a bucket are probes (1 untimed and 9 timed through BlueConnect, then the "
      "same through the MPI library, each back to back; 1 and 3 from 1 MiB up), then one small PMPI_Allreduce agrees on "
@@ -196,6 +210,7 @@ bool parse_duration_ms(const std::string &raw, int64_t *out) {
     return text.size() > n && strcasecmp(text.c_str() + text.size() - n, suf) == 0;
   };
   if (ends_with("ms")) { mult = 1; text.resize(text.size() - 2); }
+  else if (ends_with("h")) { mult = 3600000; text.resize(text.size() - 1); }
   else if (ends_with("s")) { mult = 1000; text.resize(text.size() - 1); }
   else if (ends_with("m")) { mult = 60000; text.resize(text.size() - 1); }
   int64_t v = 0;
@@ -210,6 +225,51 @@ const ParamDef *param_find(const char *name) {
   for (const ParamDef &d : kParamDefs)
     if (std::strcmp(d.name, name) == 0) return &d;
   return nullptr;
+}
+
+namespace {
+
+bool is_numeric(ParamType t) { return t == ParamType::Int || t == ParamType::Bytes || t == ParamType::Seconds; }
+
+// A value in the parameter's own syntax: 4K, 64M, 1G for sizes; 24h, 2m, 30s, 500ms for durations.
+std::string format_value(ParamType t, int64_t v) {
+  struct Unit {
+    int64_t size;
+    const char *suffix;
+  };
+  static const Unit bytes[] = {{kGiB, "G"}, {kMiB, "M"}, {kKiB, "K"}};
+  static const Unit ms[] = {{kHour, "h"}, {60000, "m"}, {1000, "s"}, {1, "ms"}};
+  if (t == ParamType::Bytes && v != 0)
+    for (const Unit &u : bytes)
+      if (v % u.size == 0) return std::to_string(v / u.size) + u.suffix;
+  if (t == ParamType::Seconds) {
+    if (v == 0) return "0s";
+    for (const Unit &u : ms)
+      if (v % u.size == 0) return std::to_string(v / u.size) + u.suffix;
+  }
+  return std::to_string(v);
+}
+
+}  // namespace
+
+bool param_in_range(const ParamDef &d, int64_t v) {
+  if (!is_numeric(d.type)) return true;
+  if (v == 0 && d.range.zero) return true;
+  return v >= d.range.min && v <= d.range.max;
+}
+
+std::string param_range_text(const ParamDef &d) {
+  if (!is_numeric(d.type)) return "";
+  std::string out;
+  if (d.range.zero) out = std::string("0 (") + d.range.zero + ") or ";
+  out += format_value(d.type, d.range.min);
+  if (d.range.max == kParamNoMax) out += " or more";
+  else out += ".." + format_value(d.type, d.range.max);
+  return out;
+}
+
+std::string param_range_error(const ParamDef &d, const std::string &value) {
+  return std::string(d.name) + "=" + value + " is outside its range " + param_range_text(d);
 }
 
 ParamSet::ParamSet() {
@@ -271,6 +331,8 @@ Status ParamSet::set(ParamId id, const std::string &raw, const char *origin) {
     case ParamType::String:
       break;
   }
+  if (!param_in_range(d, v))
+    return BC_FAIL(BC_ERR_PARAM, "%s (%s); bc_info --params says why", param_range_error(d, trim(raw)).c_str(), origin);
   text_[i] = text;
   value_[i] = v;
   set_[i] = true;
@@ -330,6 +392,7 @@ std::string ParamSet::describe() const {
     out += " = '" + text_[i] + "'";
     out += set_[i] ? " (set)" : " (default)";
     if (d.choices) out += std::string(" [") + d.choices + "]";
+    if (is_numeric(d.type)) out += " [range " + param_range_text(d) + "]";
     out += "\n    ";
     out += d.doc;
     out += "\n";

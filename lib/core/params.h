@@ -47,18 +47,40 @@ enum class ParamId : int {
 
 enum class ParamType { Int, Bytes, Seconds, Bool, String, Enum };
 
+// The values a numeric parameter (Int, Bytes, Seconds) may take, in its unit
+// (a count, bytes, milliseconds), both ends included. When `zero` is set, 0 is
+// allowed too although below `min`, and means what `zero` says ("one chunk").
+// The environment, bc_comm_create_with and BC_PLAN's rules all check values
+// against it; code that reads a parameter may rely on it.
+struct ParamRange {
+  int64_t min;
+  int64_t max;  // kParamNoMax: no upper limit
+  const char *zero;
+};
+constexpr int64_t kParamNoMax = INT64_MAX;
+constexpr ParamRange kParamAnyRange{0, kParamNoMax, nullptr};  // non-numeric types
+
 struct ParamDef {
   ParamId id;
   const char *name;
   ParamType type;
   const char *default_value;
   const char *choices;  // for Enum: '|'-separated; else nullptr
+  ParamRange range;     // for Int, Bytes, Seconds
   const char *doc;
 };
 
 const ParamDef &param_def(ParamId id);
 // Looks up a definition by its BC_ name; nullptr when unknown.
 const ParamDef *param_find(const char *name);
+
+// Whether `v` (in the parameter's unit) lies in its range.
+bool param_in_range(const ParamDef &d, int64_t v);
+// The range in the parameter's own syntax: "1..1024", "0 (one chunk) or
+// 4K..1G", "0s..24h", "0 or more"; empty for non-numeric parameters.
+std::string param_range_text(const ParamDef &d);
+// "BC_CHUNK=1 is outside its range 0 (one chunk) or 4K..1G", for errors.
+std::string param_range_error(const ParamDef &d, const std::string &value);
 
 // One value per parameter, parsed and checked.
 class ParamSet {
@@ -85,7 +107,7 @@ class ParamSet {
 
 // Parses "64K", "1M", "3G", "100" into bytes; false on bad text.
 bool parse_bytes(const std::string &text, int64_t *out);
-// Parses "60", "60s", "500ms", "2m" into milliseconds; false on bad text.
+// Parses "60", "60s", "500ms", "2m", "1h" into milliseconds; false on bad text.
 bool parse_duration_ms(const std::string &text, int64_t *out);
 
 }  // namespace bc

@@ -35,14 +35,30 @@ const char *last_error();
     }                                                 \
   } while (0)
 
-// For MPI calls: turns an MPI error code into BC_ERR_MPI with MPI's own text.
+// For MPI calls: turns an MPI error code into BC_ERR_MPI with MPI's own text
+// (MPI_Error_string). Only useful where MPI returns errors instead of aborting:
+// every communicator the library creates gets MPI_ERRORS_RETURN.
 #define BC_MPI_CHECK(call)                                                   \
   do {                                                                       \
     int bc_mpi_rc_ = (call);                                                 \
     if (bc_mpi_rc_ != MPI_SUCCESS) {                                         \
-      char bc_mpi_msg_[MPI_MAX_ERROR_STRING];                                \
+      char bc_mpi_msg_[MPI_MAX_ERROR_STRING] = "";                           \
       int bc_mpi_len_ = 0;                                                   \
       MPI_Error_string(bc_mpi_rc_, bc_mpi_msg_, &bc_mpi_len_);               \
       return BC_FAIL(BC_ERR_MPI, "%s failed: %s", #call, bc_mpi_msg_);       \
+    }                                                                        \
+  } while (0)
+
+// For MPI calls on cleanup paths that cannot return a status (freeing a
+// communicator after another failure, destructors): a failure is logged as a
+// warning with MPI's text. Needs core/log.h.
+#define BC_MPI_WARN(call)                                                    \
+  do {                                                                       \
+    int bc_mpi_rc_ = (call);                                                 \
+    if (bc_mpi_rc_ != MPI_SUCCESS) {                                         \
+      char bc_mpi_msg_[MPI_MAX_ERROR_STRING] = "";                           \
+      int bc_mpi_len_ = 0;                                                   \
+      MPI_Error_string(bc_mpi_rc_, bc_mpi_msg_, &bc_mpi_len_);               \
+      BC_WARN(Api, "%s failed: %s", #call, bc_mpi_msg_);                     \
     }                                                                        \
   } while (0)

@@ -72,11 +72,17 @@ Status plan_rules_parse(const std::string &text, std::vector<PlanRule> *out) {
         else return bad(text, "top '" + value + "' is not rd or split");
         rule.has_top = true;
       } else if (key == "chunk") {
+        // The same limits as BC_CHUNK and BC_PIPELINE_DEPTH, from the registry.
         if (!parse_bytes(value, &rule.choice.chunk_bytes)) return bad(text, "chunk '" + value + "' is not a size");
+        const ParamDef &def = param_def(ParamId::Chunk);
+        if (!param_in_range(def, rule.choice.chunk_bytes))
+          return bad(text, "chunk=" + value + ": " + param_range_error(def, value));
         rule.has_chunk = true;
       } else if (key == "depth") {
         int64_t d = 0;
-        if (!parse_bytes(value, &d) || d < 1 || d > 1024) return bad(text, "depth '" + value + "' is not 1..1024");
+        if (!parse_bytes(value, &d)) return bad(text, "depth '" + value + "' is not a number");
+        const ParamDef &def = param_def(ParamId::PipelineDepth);
+        if (!param_in_range(def, d)) return bad(text, "depth=" + value + ": " + param_range_error(def, value));
         rule.choice.depth = static_cast<int>(d);
         rule.has_depth = true;
       } else {

@@ -9,8 +9,10 @@
 //   algo=auto|ring|rhd|direct, or one per stage: algo=rhd/ring (stage 1 first)
 //   top=rd|split         the top stage as one recursive-doubling all-reduce (rd)
 //                        or as RS + AG (split); rd needs a power-of-two top group
-//   chunk=BYTES          pipelining chunk (0 = none)
-//   depth=N              chunks in flight
+//   chunk=BYTES          pipelining chunk (0 = none), in BC_CHUNK's range
+//   depth=N              chunks in flight, in BC_PIPELINE_DEPTH's range
+// (the ranges are the registry's, lib/core/params.cc: the same rule as the
+// environment's)
 // e.g. BC_PLAN="-32K:shape=leader,algo=direct|32K-:chunk=4M,depth=2".
 // Settings a rule leaves out come from BC_ALGO, BC_CHUNK, BC_PIPELINE_DEPTH.
 #pragma once

@@ -1,7 +1,10 @@
 // Bad input gets a clear status and message, never a crash or a hang.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "harness.h"
 
@@ -110,4 +113,113 @@ TEST_CASE("BC_MEM_CUDA without a usable GPU is refused clearly", "[errors]") {
     REQUIRE(b[3] == 4.0f * world_size());
   }
   REQUIRE(bc_comm_destroy(&comm) == BC_OK);
+}
+
+namespace {
+
+// What one rank saw in an all-reduce in which rank 0 disagrees with the others
+// about the buffer.
+struct Seen {
+  bc_status_t st = BC_OK;
+  bool right = false;   // BC_OK and the exact result for this rank's own call
+  bool guards = false;  // nothing written outside the buffer
+  std::string msg;
+};
+
+Seen disagreeing_allreduce(bc_comm_t comm, bc_dtype_t dtype, int64_t count) {
+  const int r = world_rank(), p = world_size();
+  Case c{dtype, BC_SUM, count, nullptr};
+  c.fill(r, p);
+  Seen s;
+  s.st = bc_allreduce(BC_IN_PLACE, c.buf->data(), count, dtype, BC_SUM, comm);
+  s.guards = c.buf->guards_intact();
+  s.right = s.st == BC_OK && c.right(p);
+  if (s.st != BC_OK) s.msg = bc_last_error();
+  return s;
+}
+
+// A receive that met a message of the wrong size, named as every transport names it.
+bool size_error(const Seen &s) {
+  return s.st == BC_ERR_TRANSPORT && s.msg.find("receive from rank") != std::string::npos &&
+         s.msg.find("the sender offers") != std::string::npos;
+}
+// A send whose receiver refused it for its size (shm tells the sender).
+bool refused(const Seen &s) { return s.st == BC_ERR_TRANSPORT && s.msg.find("refused") != std::string::npos; }
+
+// Every rank's status and message, one line each, for rank 0's report.
+std::string all_ranks(const Seen &s) {
+  constexpr int kLine = 400;
+  std::string line = "rank " + std::to_string(world_rank()) + ": " + bc_strerror(s.st);
+  if (s.st == BC_OK) line += s.right ? " (right)" : " (WRONG DATA)";
+  if (!s.guards) line += " (GUARDS BROKEN)";
+  if (!s.msg.empty()) line += ": " + s.msg.substr(0, s.msg.find('\n'));
+  line.resize(kLine, '\0');
+  std::vector<char> all(static_cast<size_t>(kLine) * world_size());
+  MPI_Gather(line.data(), kLine, MPI_CHAR, all.data(), kLine, MPI_CHAR, 0, MPI_COMM_WORLD);
+  std::string out;
+  for (int k = 0; k < world_size(); ++k) out += "\n  " + std::string(all.data() + static_cast<size_t>(k) * kLine);
+  return out;
+}
+
+}  // namespace
+
+// Rank 0 passes a different count or dtype than the others: no rank may return
+// BC_OK with wrong data, nothing may be written outside a buffer, and the ranks
+// that receive a wrong-size message say so (peer, tag, both sizes). Ranks that
+// only wait for the failed ones end with BC_ERR_TIMEOUT (BC_TIMEOUT=3s here).
+// Each transport in turn; the mpi transport used to let Open MPI truncate
+// (MPI_ERR_TRUNCATE, fatal) or write past the buffer (its single-copy path).
+TEST_CASE("a rank that disagrees on count or dtype gets a size error, never wrong data", "[errors][sizes]") {
+  const int p = world_size(), r = world_rank();
+  if (p < 2) return;  // needs someone to disagree with
+  struct Fault {
+    const char *what;
+    bc_dtype_t dtype0;
+    int64_t count0;
+    bc_dtype_t dtype;
+    int64_t count;
+  };
+  const Fault faults[] = {
+      {"rank 0 passes half the count", BC_INT32, 500, BC_INT32, 1000},
+      {"rank 0 passes int64, the others int32", BC_INT64, 1000, BC_INT32, 1000},
+      // Above every eager limit, and one chunk against two (of 600 KB: not 600 KB
+      // for rank 0, or its messages would match the others' first chunk).
+      {"rank 0 passes 800 KB, the others 1.2 MB", BC_FLOAT32, 200000, BC_FLOAT32, 300000},
+  };
+  // Under a run that forces one transport (tests/meson.build), that one only.
+  std::vector<std::string> transports = {"mpi", "shm", "ucx"};
+  const char *forced = std::getenv("BC_TRANSPORT");
+  if (forced && std::find(transports.begin(), transports.end(), forced) != transports.end()) transports = {forced};
+  for (const std::string &transport : transports) {
+    const std::string options = std::string("BC_TRANSPORT=") + transport + ";BC_TIMEOUT=3s";
+    for (const Fault &f : faults) {
+      bc_comm_t comm = nullptr;
+      const bc_status_t created = bc_comm_create_with(MPI_COMM_WORLD, options.c_str(), &comm);
+      if (everywhere(created == BC_ERR_NOT_SUPPORTED)) {
+        WARN("BC_TRANSPORT=" << transport << " is not available here: skipped");
+        break;
+      }
+      INFO(options << ": " << bc_last_error());
+      REQUIRE(everywhere(created == BC_OK));
+      const Seen s = r == 0 ? disagreeing_allreduce(comm, f.dtype0, f.count0)
+                            : disagreeing_allreduce(comm, f.dtype, f.count);
+      const std::string report = all_ranks(s);
+      INFO("BC_TRANSPORT=" << transport << ", " << f.what << ", np " << p << ":" << report);
+      REQUIRE(everywhere(s.guards));
+      REQUIRE(everywhere(s.st != BC_OK || s.right));  // never BC_OK with wrong data
+      REQUIRE(everywhere(s.right || size_error(s) || refused(s) || s.st == BC_ERR_TIMEOUT));
+      REQUIRE(!everywhere(!size_error(s)));  // someone names the mismatch
+      if (p == 2) REQUIRE(everywhere(size_error(s) || refused(s)));  // both meet rank 0's messages directly
+      REQUIRE(everywhere(bc_comm_destroy(&comm) == BC_OK));
+    }
+    // Whatever was left in flight does not disturb a new communicator.
+    bc_comm_t comm = nullptr;
+    if (everywhere(bc_comm_create_with(MPI_COMM_WORLD, options.c_str(), &comm) == BC_ERR_NOT_SUPPORTED)) continue;
+    INFO(options << ": " << bc_last_error());
+    REQUIRE(everywhere(comm != nullptr));
+    const Seen s = disagreeing_allreduce(comm, BC_INT32, 1000);
+    INFO(all_ranks(s));
+    REQUIRE(everywhere(s.right));
+    REQUIRE(everywhere(bc_comm_destroy(&comm) == BC_OK));
+  }
 }

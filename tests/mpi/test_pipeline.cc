@@ -13,18 +13,20 @@ using namespace bctest;
 
 namespace {
 
+// The smallest chunks BC_CHUNK allows (4 KiB), and sizes that are no multiple
+// of any element size, so that chunks end mid-element-block.
 std::vector<std::string> pipeline_layouts(int p) {
-  std::vector<std::string> out = {"BC_CHUNK=64;BC_PIPELINE_DEPTH=3"};
-  if (p % 2 == 0 && p > 2) out.push_back("BC_CHUNK=40;BC_PIPELINE_DEPTH=4;BC_TOPO=2");
-  if (p >= 3) out.push_back("BC_CHUNK=100;BC_PIPELINE_DEPTH=1;BC_TOPO=1," + std::to_string(p - 1));
-  if (p >= 4) out.push_back("BC_CHUNK=24;BC_PIPELINE_DEPTH=8;BC_TOPO=2,2," + std::to_string(p - 4 > 0 ? p - 4 : 0));
-  if (p == 4) out.back() = "BC_CHUNK=24;BC_PIPELINE_DEPTH=8;BC_TOPO=2x2";
+  std::vector<std::string> out = {"BC_CHUNK=4K;BC_PIPELINE_DEPTH=3"};
+  if (p % 2 == 0 && p > 2) out.push_back("BC_CHUNK=4100;BC_PIPELINE_DEPTH=4;BC_TOPO=2");
+  if (p >= 3) out.push_back("BC_CHUNK=5000;BC_PIPELINE_DEPTH=1;BC_TOPO=1," + std::to_string(p - 1));
+  if (p >= 4) out.push_back("BC_CHUNK=4099;BC_PIPELINE_DEPTH=8;BC_TOPO=2,2," + std::to_string(p - 4 > 0 ? p - 4 : 0));
+  if (p == 4) out.back() = "BC_CHUNK=4099;BC_PIPELINE_DEPTH=8;BC_TOPO=2x2";
   return out;
 }
 
 }  // namespace
 
-TEST_CASE("pipelined all-reduce: tiny chunks through every stage", "[pipeline]") {
+TEST_CASE("pipelined all-reduce: the smallest chunks through every stage", "[pipeline]") {
   const int p = world_size(), r = world_rank();
   for (const std::string &layout : pipeline_layouts(p)) {
     bc_comm_t comm = nullptr;
@@ -33,7 +35,7 @@ TEST_CASE("pipelined all-reduce: tiny chunks through every stage", "[pipeline]")
     for (bc_dtype_t t : {BC_FLOAT32, BC_FLOAT64, BC_BFLOAT16, BC_INT8, BC_UINT64})
       for (bc_op_t op : {BC_SUM, BC_MAX, BC_AVG, BC_BXOR}) {
         if (!op_valid_for(op, t)) continue;
-        for (int64_t n : {int64_t{1}, int64_t{13}, int64_t{1009}, int64_t{20011}}) {
+        for (int64_t n : {int64_t{1}, int64_t{13}, int64_t{1009}, int64_t{20011}, int64_t{70001}}) {
           Case c{t, op, n, nullptr};
           c.fill(r, p);
           bc_status_t st = bc_allreduce(BC_IN_PLACE, c.buf->data(), n, t, op, comm);
@@ -47,7 +49,7 @@ TEST_CASE("pipelined all-reduce: tiny chunks through every stage", "[pipeline]")
 
 TEST_CASE("non-blocking all-reduce: several in flight, completed by test and wait", "[nonblocking]") {
   const int p = world_size(), r = world_rank();
-  for (const char *options : {"", "BC_CHUNK=256;BC_PIPELINE_DEPTH=2"}) {
+  for (const char *options : {"", "BC_CHUNK=4K;BC_PIPELINE_DEPTH=2"}) {
     bc_comm_t comm = nullptr;
     REQUIRE(everywhere(bc_comm_create_with(MPI_COMM_WORLD, options, &comm) == BC_OK));
     std::vector<Case> cases;
@@ -88,13 +90,13 @@ TEST_CASE("non-blocking all-reduce: several in flight, completed by test and wai
 
 TEST_CASE("BC_PLAN: leader shape for small buffers, split and chunks for large", "[plan][pipeline]") {
   const int p = world_size(), r = world_rank();
-  std::vector<std::string> lays = {"BC_PLAN=-4K:shape=leader,algo=direct|4K-:chunk=2K,depth=3",
+  std::vector<std::string> lays = {"BC_PLAN=-4K:shape=leader,algo=direct|4K-:chunk=4K,depth=3",
                                    "BC_PLAN=-:top=rd", "BC_PLAN=-8K:shape=leader,top=rd|8K-:top=rd,chunk=4K"};
   if (p >= 3) lays.push_back("BC_TOPO=1," + std::to_string(p - 1) + ";BC_PLAN=-:shape=leader");
   // rhd needs a power-of-two number of leaders (p/2 of them here).
   if (p >= 4 && p % 2 == 0)
     lays.push_back(std::string("BC_TOPO=2;BC_PLAN=-1K:shape=leader,algo=") + ((p / 2) % 2 == 0 ? "rhd" : "direct") +
-                   "|1K-:algo=ring,chunk=1K");
+                   "|1K-:algo=ring,chunk=4K");
   for (const std::string &layout : lays) {
     bc_comm_t comm = nullptr;
     INFO("layout " << layout << ": " << bc_last_error());
@@ -111,6 +113,13 @@ TEST_CASE("BC_PLAN: leader shape for small buffers, split and chunks for large",
   }
   bc_comm_t comm = nullptr;
   REQUIRE(bc_comm_create_with(MPI_COMM_WORLD, "BC_PLAN=-1K:shape=ring", &comm) == BC_ERR_PARAM);
+  // Chunks and depths outside BC_CHUNK's and BC_PIPELINE_DEPTH's ranges, on every rank alike.
+  REQUIRE(bc_comm_create_with(MPI_COMM_WORLD, "BC_PLAN=-:chunk=1K", &comm) == BC_ERR_PARAM);
+  REQUIRE(std::string(bc_last_error()).find("BC_CHUNK=1K is outside its range") != std::string::npos);
+  REQUIRE(bc_comm_create_with(MPI_COMM_WORLD, "BC_PLAN=1M-:depth=0", &comm) == BC_ERR_PARAM);
+  REQUIRE(bc_comm_create_with(MPI_COMM_WORLD, "BC_CHUNK=1", &comm) == BC_ERR_PARAM);
+  REQUIRE(bc_comm_create_with(MPI_COMM_WORLD, "BC_PIPELINE_DEPTH=0", &comm) == BC_ERR_PARAM);
+  REQUIRE(comm == nullptr);
 }
 
 namespace {

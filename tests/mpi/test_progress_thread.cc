@@ -65,7 +65,7 @@ bool blocking_right(bc_comm_t comm, int64_t count, int r, int p) {
 
 TEST_CASE("progress thread: exact results, several in flight, mixed with blocking calls", "[progress]") {
   const int p = world_size(), r = world_rank();
-  for (const char *options : {"", "BC_CHUNK=256;BC_PIPELINE_DEPTH=2"}) {
+  for (const char *options : {"", "BC_CHUNK=4K;BC_PIPELINE_DEPTH=2"}) {
     bc_comm_t comm = nullptr;
     if (!create_threaded(options, &comm)) return;
     const std::vector<int64_t> counts = {0, 1, 2, 13, 1009, 20011};
@@ -110,8 +110,8 @@ TEST_CASE("progress thread: exact results, several in flight, mixed with blockin
 TEST_CASE("progress thread: an all-reduce completes while the caller sleeps", "[progress]") {
   const int p = world_size(), r = world_rank();
   bc_comm_t comm = nullptr;
-  if (!create_threaded("BC_PLAN=;BC_CHUNK=1K;BC_PIPELINE_DEPTH=2", &comm)) return;
-  Case c{BC_FLOAT32, BC_SUM, 4099, nullptr};  // 16 KiB: 17 chunks
+  if (!create_threaded("BC_PLAN=;BC_CHUNK=4K;BC_PIPELINE_DEPTH=2", &comm)) return;
+  Case c{BC_FLOAT32, BC_SUM, 16385, nullptr};  // 64 KiB + 4 bytes: 17 chunks
   c.fill(r, p);
   MPI_Barrier(MPI_COMM_WORLD);
   bc_request_t req = nullptr;

@@ -19,8 +19,120 @@ TEST_CASE("every parameter has a BC_ name, a valid default and documentation", "
     ParamSet ps;
     REQUIRE(ps.set(d.id, d.default_value, "test") == BC_OK);
     REQUIRE(param_find(d.name) == &d);
+    const bool numeric = d.type == ParamType::Int || d.type == ParamType::Bytes || d.type == ParamType::Seconds;
+    INFO(d.name);
+    REQUIRE(param_range_text(d).empty() == !numeric);
+    if (numeric) {
+      REQUIRE(d.range.min <= d.range.max);
+      REQUIRE(d.range.min >= 0);
+      REQUIRE(param_in_range(d, ps.get_int(d.id)));
+    }
   }
   REQUIRE(defaults.describe().find("BC_TIMEOUT") != std::string::npos);
+}
+
+namespace {
+
+// A value of `d`'s unit (ms for durations) as text its parser takes.
+std::string as_text(const ParamDef &d, int64_t v) {
+  return d.type == ParamType::Seconds ? std::to_string(v) + "ms" : std::to_string(v);
+}
+
+}  // namespace
+
+TEST_CASE("every numeric parameter takes its range's ends and refuses one step outside", "[params][range]") {
+  for (int i = 0; i < static_cast<int>(ParamId::Count); ++i) {
+    const ParamDef &d = param_def(static_cast<ParamId>(i));
+    if (d.type != ParamType::Int && d.type != ParamType::Bytes && d.type != ParamType::Seconds) continue;
+    INFO(d.name << " range " << param_range_text(d));
+    ParamSet ps;
+    REQUIRE(ps.set(d.id, as_text(d, d.range.min), "test") == BC_OK);
+    REQUIRE(ps.get_int(d.id) == d.range.min);
+    if (d.range.max != kParamNoMax) {
+      REQUIRE(ps.set(d.id, as_text(d, d.range.max), "test") == BC_OK);
+      REQUIRE(ps.get_int(d.id) == d.range.max);
+      REQUIRE(ps.set(d.id, as_text(d, d.range.max + 1), "test") == BC_ERR_PARAM);
+      const std::string msg = last_error();
+      REQUIRE(msg.find(d.name) != std::string::npos);
+      REQUIRE(msg.find(param_range_text(d)) != std::string::npos);
+    }
+    if (d.range.zero) REQUIRE(ps.set(d.id, "0", "test") == BC_OK);
+    const int64_t below = d.range.min - 1;
+    if (below >= 0 && !(below == 0 && d.range.zero)) {
+      REQUIRE(ps.set(d.id, as_text(d, below), "test") == BC_ERR_PARAM);
+      REQUIRE(std::string(last_error()).find(param_range_text(d)) != std::string::npos);
+    }
+    // A refused value leaves the last good one.
+    REQUIRE(param_in_range(d, ps.get_int(d.id)));
+  }
+}
+
+TEST_CASE("ranges: the knobs that would cripple a run are refused with the range", "[params][range]") {
+  ParamSet ps;
+  // BC_CHUNK: 0 (one chunk) or 4K..1G.
+  for (const char *ok : {"0", "4K", "4096", "1M", "1G", "5000"}) {
+    INFO(ok);
+    REQUIRE(ps.set(ParamId::Chunk, ok, "test") == BC_OK);
+  }
+  for (const char *bad : {"1", "24", "4095", "2K", "1025M", "2G"}) {
+    INFO(bad);
+    REQUIRE(ps.set(ParamId::Chunk, bad, "environment") == BC_ERR_PARAM);
+    const std::string msg = last_error();
+    REQUIRE(msg.find(std::string("BC_CHUNK=") + bad + " is outside its range 0 (one chunk) or 4K..1G (environment)") !=
+            std::string::npos);
+  }
+  // BC_PIPELINE_DEPTH: 1..1024, no silent 0 -> 1.
+  REQUIRE(ps.set(ParamId::PipelineDepth, "0", "test") == BC_ERR_PARAM);
+  REQUIRE(std::string(last_error()).find("BC_PIPELINE_DEPTH=0 is outside its range 1..1024") != std::string::npos);
+  REQUIRE(ps.set(ParamId::PipelineDepth, "1000000", "test") == BC_ERR_PARAM);
+  REQUIRE(ps.set(ParamId::PipelineDepth, "1025", "test") == BC_ERR_PARAM);
+  REQUIRE(ps.set(ParamId::PipelineDepth, "1", "test") == BC_OK);
+  REQUIRE(ps.set(ParamId::PipelineDepth, "1024", "test") == BC_OK);
+  REQUIRE(ps.get_int(ParamId::PipelineDepth) == 1024);
+  // BC_SPIN_COUNT: at least 1.
+  REQUIRE(ps.set(ParamId::SpinCount, "0", "test") == BC_ERR_PARAM);
+  REQUIRE(std::string(last_error()).find("1..1000000") != std::string::npos);
+  REQUIRE(ps.set(ParamId::SpinCount, "1", "test") == BC_OK);
+  // BC_TIMEOUT: 0 (forever) up to a day, in any unit.
+  REQUIRE(ps.set(ParamId::Timeout, "0", "test") == BC_OK);
+  REQUIRE(ps.set(ParamId::Timeout, "24h", "test") == BC_OK);
+  REQUIRE(ps.get_int(ParamId::Timeout) == 24LL * 3600 * 1000);
+  REQUIRE(ps.set(ParamId::Timeout, "1441m", "test") == BC_ERR_PARAM);
+  REQUIRE(std::string(last_error()).find("BC_TIMEOUT=1441m is outside its range 0s..24h") != std::string::npos);
+  // BC_SHM_CHUNK: 64..64M (the shm transport used to check this itself).
+  REQUIRE(ps.set(ParamId::ShmChunk, "16", "test") == BC_ERR_PARAM);
+  REQUIRE(ps.set(ParamId::ShmChunk, "64", "test") == BC_OK);
+  REQUIRE(ps.set(ParamId::ShmChunk, "65M", "test") == BC_ERR_PARAM);
+  // Communicator options go through the same check.
+  REQUIRE(ps.apply_overrides("BC_CHUNK=1") == BC_ERR_PARAM);
+  REQUIRE(std::string(last_error()).find("(communicator option)") != std::string::npos);
+  REQUIRE(ps.apply_overrides("BC_CHUNK=64K;BC_PIPELINE_DEPTH=8") == BC_OK);
+  // bc_info --params shows every range.
+  const std::string listing = ParamSet().describe();
+  REQUIRE(listing.find("BC_CHUNK = '1M' (default) [range 0 (one chunk) or 4K..1G]") != std::string::npos);
+  REQUIRE(listing.find("BC_PIPELINE_DEPTH = '4' (default) [range 1..1024]") != std::string::npos);
+  REQUIRE(listing.find("BC_TIMEOUT = '120s' (default) [range 0s..24h]") != std::string::npos);
+  REQUIRE(listing.find("BC_PMPI_MIN_BYTES = '0' (default) [range 0 or more]") != std::string::npos);
+}
+
+TEST_CASE("ranges apply to the environment as to everything else", "[params][range]") {
+  ParamSet ps;
+  setenv("BC_PIPELINE_DEPTH", "0", 1);
+  REQUIRE(ParamSet::from_environment(&ps) == BC_ERR_PARAM);
+  REQUIRE(std::string(last_error()).find("BC_PIPELINE_DEPTH=0 is outside its range 1..1024 (environment)") !=
+          std::string::npos);
+  setenv("BC_PIPELINE_DEPTH", "1000000", 1);
+  REQUIRE(ParamSet::from_environment(&ps) == BC_ERR_PARAM);
+  setenv("BC_PIPELINE_DEPTH", "8", 1);
+  setenv("BC_CHUNK", "1", 1);
+  REQUIRE(ParamSet::from_environment(&ps) == BC_ERR_PARAM);
+  REQUIRE(std::string(last_error()).find("BC_CHUNK=1 is outside") != std::string::npos);
+  setenv("BC_CHUNK", "0", 1);
+  REQUIRE(ParamSet::from_environment(&ps) == BC_OK);
+  REQUIRE(ps.get_int(ParamId::PipelineDepth) == 8);
+  REQUIRE(ps.get_int(ParamId::Chunk) == 0);
+  unsetenv("BC_PIPELINE_DEPTH");
+  unsetenv("BC_CHUNK");
 }
 
 TEST_CASE("typed parsing: sizes, durations, enums, booleans", "[params]") {
@@ -39,6 +151,8 @@ TEST_CASE("typed parsing: sizes, durations, enums, booleans", "[params]") {
   REQUIRE(v == 30000);
   REQUIRE(parse_duration_ms("2m", &v));
   REQUIRE(v == 120000);
+  REQUIRE(parse_duration_ms("1h", &v));
+  REQUIRE(v == 3600000);
   REQUIRE_FALSE(parse_duration_ms("soon", &v));
 
   ParamSet ps;

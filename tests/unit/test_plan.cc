@@ -328,6 +328,7 @@ TEST_CASE("describe names the stages and groups", "[plan]") {
   REQUIRE(describe_program(prog, 4).find("send[0]0+1000") != std::string::npos);
 }
 
+#include "core/params.h"
 #include "plan/rules.h"
 
 TEST_CASE("BC_PLAN rules: syntax, first match wins, unset settings keep the base", "[plan][rules]") {
@@ -356,6 +357,51 @@ TEST_CASE("BC_PLAN rules: syntax, first match wins, unset settings keep the base
     REQUIRE(plan_rules_parse(badspec, &rules) == BC_ERR_PARAM);
     REQUIRE(std::string(last_error()).find("BC_PLAN") != std::string::npos);
   }
+}
+
+// chunk= and depth= take exactly the values BC_CHUNK and BC_PIPELINE_DEPTH take
+// (the registry's ranges), with the same words in the error.
+TEST_CASE("BC_PLAN rules: chunk and depth within the registry's ranges", "[plan][rules][params]") {
+  std::vector<PlanRule> rules;
+  const struct {
+    const char *spec;
+    int64_t chunk;
+    int depth;
+  } good[] = {{"-:chunk=0", 0, 1},         {"-:chunk=4K", 4096, 1},         {"-:chunk=4096", 4096, 1},
+              {"-:chunk=1G", 1LL << 30, 1}, {"-:chunk=64K,depth=1", 65536, 1}, {"-:depth=1024", 0, 1024},
+              {"-:depth=4", 0, 4}};
+  for (const auto &g : good) {
+    INFO(g.spec << ": " << last_error());
+    REQUIRE(plan_rules_parse(g.spec, &rules) == BC_OK);
+    REQUIRE(rules.size() == 1);
+    if (rules[0].has_chunk) REQUIRE(rules[0].choice.chunk_bytes == g.chunk);
+    if (rules[0].has_depth) REQUIRE(rules[0].choice.depth == g.depth);
+  }
+  const struct {
+    const char *spec;
+    const char *says;
+  } bad[] = {{"-:chunk=1", "BC_CHUNK=1 is outside its range 0 (one chunk) or 4K..1G"},
+             {"-:chunk=4095", "BC_CHUNK=4095 is outside"},
+             {"-:chunk=1025M", "BC_CHUNK=1025M is outside"},
+             {"-1M:chunk=64K|1M-:chunk=2K", "BC_CHUNK=2K is outside"},
+             {"-:depth=0", "BC_PIPELINE_DEPTH=0 is outside its range 1..1024"},
+             {"-:depth=1025", "BC_PIPELINE_DEPTH=1025 is outside its range 1..1024"},
+             {"-:depth=1000000", "BC_PIPELINE_DEPTH=1000000 is outside"}};
+  for (const auto &b : bad) {
+    INFO(b.spec);
+    REQUIRE(plan_rules_parse(b.spec, &rules) == BC_ERR_PARAM);
+    const std::string msg = last_error();
+    INFO(msg);
+    REQUIRE(msg.find("BC_PLAN") != std::string::npos);
+    REQUIRE(msg.find(b.says) != std::string::npos);
+  }
+  // The environment's parser says the same for the same values.
+  ParamSet ps;
+  REQUIRE(ps.set(ParamId::Chunk, "2K", "test") == BC_ERR_PARAM);
+  REQUIRE(std::string(last_error()).find("BC_CHUNK=2K is outside its range 0 (one chunk) or 4K..1G") !=
+          std::string::npos);
+  REQUIRE(ps.set(ParamId::PipelineDepth, "1025", "test") == BC_ERR_PARAM);
+  REQUIRE(std::string(last_error()).find("BC_PIPELINE_DEPTH=1025 is outside its range 1..1024") != std::string::npos);
 }
 
 TEST_CASE("plans the cost model chooses give exact results", "[plan][cost]") {

@@ -80,9 +80,12 @@ class CudaTransport final : public Transport {
   Status init(MPI_Comm bootstrap) {
     BC_MPI_CHECK(MPI_Comm_dup(bootstrap, &desc_comm_));
     BC_MPI_CHECK(MPI_Comm_dup(bootstrap, &ack_comm_));
+    // A duplicate inherits the bootstrap's MPI_ERRORS_RETURN; say so anyway.
+    BC_MPI_CHECK(MPI_Comm_set_errhandler(desc_comm_, MPI_ERRORS_RETURN));
+    BC_MPI_CHECK(MPI_Comm_set_errhandler(ack_comm_, MPI_ERRORS_RETURN));
     int flag = 0;
     int *ub = nullptr;
-    MPI_Comm_get_attr(desc_comm_, MPI_TAG_UB, &ub, &flag);
+    BC_MPI_CHECK(MPI_Comm_get_attr(desc_comm_, MPI_TAG_UB, &ub, &flag));
     tag_ub_ = flag && ub ? *ub : 32767;
     BC_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     return BC_OK;
@@ -96,8 +99,8 @@ class CudaTransport final : public Transport {
     for (cudaEvent_t e : free_events_) cudaEventDestroy(e);
     if (stream_) cudaStreamDestroy(stream_);
     cudaGetLastError();
-    if (desc_comm_ != MPI_COMM_NULL) MPI_Comm_free(&desc_comm_);
-    if (ack_comm_ != MPI_COMM_NULL) MPI_Comm_free(&ack_comm_);
+    if (desc_comm_ != MPI_COMM_NULL) BC_MPI_WARN(MPI_Comm_free(&desc_comm_));
+    if (ack_comm_ != MPI_COMM_NULL) BC_MPI_WARN(MPI_Comm_free(&ack_comm_));
   }
 
   const char *name() const override { return "cuda"; }
@@ -207,8 +210,8 @@ class CudaTransport final : public Transport {
 
   Status start_copy(Req *r) {
     if (r->desc.bytes != r->bytes)
-      return BC_FAIL(BC_ERR_INTERNAL, "rank %d sends %llu bytes, rank %d expects %zu", r->peer,
-                     static_cast<unsigned long long>(r->desc.bytes), rank_, r->bytes);
+      return BC_FAIL(BC_ERR_TRANSPORT, "cuda transport: receive from rank %d (tag %#x, %zu bytes): the sender offers %llu bytes",
+                     r->peer, static_cast<unsigned>(r->tag), r->bytes, static_cast<unsigned long long>(r->desc.bytes));
     if (!r->event) {
       if (!free_events_.empty()) {
         r->event = free_events_.back();
@@ -241,8 +244,8 @@ class CudaTransport final : public Transport {
   void drop(Req *r) {
     for (MPI_Request &m : r->mpi)
       if (m != MPI_REQUEST_NULL) {
-        MPI_Cancel(&m);
-        MPI_Request_free(&m);
+        BC_MPI_WARN(MPI_Cancel(&m));
+        BC_MPI_WARN(MPI_Request_free(&m));
       }
     if (r->event) {
       cudaEventSynchronize(r->event);

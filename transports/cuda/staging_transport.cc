@@ -54,8 +54,8 @@ class StagingTransport final : public Transport {
  public:
   StagingTransport(const TransportSetup &s, const std::vector<Transport *> &host)
       : host_(host),
-        send_pool_(static_cast<int>(std::max<int64_t>(2, s.params->get_int(ParamId::CudaStagingBufs))),
-                   static_cast<size_t>(std::max<int64_t>(4096, s.params->get_int(ParamId::CudaStagingChunk)))),
+        send_pool_(static_cast<int>(s.params->get_int(ParamId::CudaStagingBufs)),
+                   static_cast<size_t>(s.params->get_int(ParamId::CudaStagingChunk))),
         recv_pool_(send_pool_.book.size(), send_pool_.book.buf_bytes()) {}
 
   Status init() {

@@ -34,9 +34,6 @@ namespace bc {
 namespace shm {
 namespace {
 
-constexpr size_t kMinChunk = 64;
-constexpr size_t kMaxChunk = 64u << 20;
-
 struct Hello {
   int64_t pid;
   uint64_t probe_addr;
@@ -204,11 +201,9 @@ void Node::unlink_created() {
 Status Node::setup(const TransportSetup &s, Node *out) {
   MPI_Comm comm = s.bootstrap;
   const std::string mode = s.params->get_str(ParamId::ShmMode);
-  const int64_t chunk_param = s.params->get_int(ParamId::ShmChunk);
+  const int64_t chunk_param = s.params->get_int(ParamId::ShmChunk);  // 64..64M: the registry's range
   Status st = BC_OK;
-  if (chunk_param < static_cast<int64_t>(kMinChunk) || chunk_param > static_cast<int64_t>(kMaxChunk))
-    st = BC_FAIL(BC_ERR_PARAM, "BC_SHM_CHUNK=%lld: expected 64 bytes to 64M", static_cast<long long>(chunk_param));
-  else if (static_cast<int64_t>(s.node_of.size()) != s.size)
+  if (static_cast<int64_t>(s.node_of.size()) != s.size)
     st = BC_FAIL(BC_ERR_NOT_SUPPORTED, "shm transport: no node map (node_of has %zu entries for %d ranks)",
                  s.node_of.size(), s.size);
   BC_CHECK(agree(comm, st, "parameter check"));

@@ -32,7 +32,7 @@ inline void cpu_relax() {
 ShmTransport::ShmTransport(const TransportSetup &s, std::unique_ptr<Node> node)
     : rank_(s.rank),
       size_(s.size),
-      spin_limit_(std::max<int64_t>(1, s.params->get_int(ParamId::SpinCount))),
+      spin_limit_(s.params->get_int(ParamId::SpinCount)),
       node_(std::move(node)) {
   peers_.resize(node_->nlocal());
   const int me = node_->me();

@@ -27,6 +27,7 @@ constexpr int kCancelWaitMs = 50;
 struct UcxSlot {
   void *ucx_req;    // UCX's request while in flight; nullptr once released
   size_t expected;  // receives: the bytes the plan expects
+  uint32_t tag;     // the plan's tag, for messages
   int32_t status;   // ucs_status_t once complete
   uint8_t is_recv;
   uint8_t complete;
@@ -77,7 +78,7 @@ Status UcxTransport::post_send(int peer, const void *buf, size_t bytes, bc_memty
   req->transport = this;
   req->peer = peer;
   UcxSlot *s = slot_of(req);
-  *s = UcxSlot{nullptr, bytes, UCS_OK, 0, 0};
+  *s = UcxSlot{nullptr, bytes, tag, UCS_OK, 0, 0};
   ucp_request_param_t param;
   std::memset(&param, 0, sizeof param);  // no callback: test() polls the request
   void *r = ucp_tag_send_nbx(peers_[peer].ep, buf, bytes, make_tag(tag, rank_), &param);
@@ -99,7 +100,7 @@ Status UcxTransport::post_recv(int peer, void *buf, size_t bytes, bc_memtype_t m
   req->transport = this;
   req->peer = peer;
   UcxSlot *s = slot_of(req);
-  *s = UcxSlot{nullptr, bytes, UCS_OK, 1, 0};
+  *s = UcxSlot{nullptr, bytes, tag, UCS_OK, 1, 0};
   ucp_request_param_t param;
   std::memset(&param, 0, sizeof param);
   // Always a request, so that test() can check the received length with
@@ -141,15 +142,22 @@ Status UcxTransport::test_request(TransportRequest *req, bool *done) {
     s->ucx_req = nullptr;
     s->complete = 1;
     s->status = us;
+    // Size mismatches in the words the shm and mpi transports use. UCX never
+    // writes past the receive buffer: a longer message is truncated.
     if (us == UCS_OK && s->is_recv && got != s->expected) {
       req->active = false;
-      return BC_FAIL(BC_ERR_TRANSPORT, "ucx: expected %zu bytes from rank %d, got %zu", s->expected, req->peer, got);
+      return BC_FAIL(BC_ERR_TRANSPORT, "ucx transport: receive from rank %d (tag %#x, %zu bytes): the sender offers %zu bytes",
+                     req->peer, s->tag, s->expected, got);
     }
   }
   req->active = false;
   if (s->status != UCS_OK) {
     const UcxPeer &p = peers_[req->peer];
     if (p.failed != UCS_OK) return peer_error(req->peer);
+    if (s->is_recv && s->status == UCS_ERR_MESSAGE_TRUNCATED)
+      return BC_FAIL(BC_ERR_TRANSPORT,
+                     "ucx transport: receive from rank %d (tag %#x, %zu bytes): the sender offers more bytes (UCX: %s)",
+                     req->peer, s->tag, s->expected, ucs_status_string(UCS_ERR_MESSAGE_TRUNCATED));
     return BC_FAIL(BC_ERR_TRANSPORT, "ucx: %s %zu bytes %s rank %d failed: %s", s->is_recv ? "receive of" : "send of",
                    s->expected, s->is_recv ? "from" : "to", req->peer,
                    ucs_status_string(static_cast<ucs_status_t>(s->status)));
