@@ -192,14 +192,17 @@ Status calibrate(bc_comm *c, CostModel *out) {
     if (small.algo == Algo::Ring && sg.owners <= 2) out->fits[{sg.level, Algo::Rhd}] = fit;
   }
   out->source = "calibrated";
-  // Chunks of 64 KiB, 4 in flight: on the simulated clusters (one run each,
-  // 4-16 MiB) they reached 91% of the link bound on 2 nodes x 4 ranks and
-  // 92-93% behind 100 Mbit/s rack trunks, where the 256 KiB-1 MiB chunks the
-  // fits preferred reached 74-88%; on 4 nodes x 2 ranks all sizes tied
-  // (88-92%). The pace term does not see how small chunks keep a shared or
-  // trunked link busy, so the model chooses only up to this size.
-  out->max_chunk = 64 << 10;
-  out->max_whole = kLarge * static_cast<int64_t>(sizeof(float));
+  // Chunks up to 1 MiB, and one piece up to 16 MiB, chosen by the fits. The
+  // earlier caps (64 KiB chunks, one piece only up to the 256 KiB timed here)
+  // were set while every operation page-faulted its scratch in anew, which
+  // hit large chunks and large single pieces and spared 64 KiB ones (the heap
+  // kept those): with the scratch pool, 4-16 MiB on 4 nodes x 2 ranks took
+  // 214-221 / 859-862 ms in 256 KiB-1 MiB chunks against 247 / 969 ms in
+  // 64 KiB ones at 250 Mbit/s, and 61-65 against 91-95 ms (4 MiB) at 1 Gbit/s.
+  // Above 16 MiB a single piece leaves the intra-node stages idle for too
+  // long; the fits extrapolate linearly up to there.
+  out->max_chunk = 1 << 20;
+  out->max_whole = 16 << 20;
   BC_CHECK(calibrate_plans(c, out));
   return BC_OK;
 }
