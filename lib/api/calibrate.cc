@@ -192,17 +192,20 @@ Status calibrate(bc_comm *c, CostModel *out) {
     if (small.algo == Algo::Ring && sg.owners <= 2) out->fits[{sg.level, Algo::Rhd}] = fit;
   }
   out->source = "calibrated";
-  // Chunks up to 1 MiB, and one piece up to 16 MiB, chosen by the fits. The
+  // Chunks up to 1 MiB, and one piece up to 2 MiB, chosen by the fits. The
   // earlier caps (64 KiB chunks, one piece only up to the 256 KiB timed here)
   // were set while every operation page-faulted its scratch in anew, which
   // hit large chunks and large single pieces and spared 64 KiB ones (the heap
   // kept those): with the scratch pool, 4-16 MiB on 4 nodes x 2 ranks took
   // 214-221 / 859-862 ms in 256 KiB-1 MiB chunks against 247 / 969 ms in
   // 64 KiB ones at 250 Mbit/s, and 61-65 against 91-95 ms (4 MiB) at 1 Gbit/s.
-  // Above 16 MiB a single piece leaves the intra-node stages idle for too
-  // long; the fits extrapolate linearly up to there.
+  // One piece tied with 1 MiB chunks up to 2 MiB (1 Gbit/s: 17.8 / 33.1 ms
+  // against 15.7 / 34.0 ms at 1 / 2 MiB) but lost above, by 4-7% on 4 nodes x
+  // 2 ranks and 10-18% on 2 nodes x 4 ranks at 4-16 MiB (158-704 against
+  // 143-604 ms), where the fits, noisy from one calibration to the next, chose
+  // it in one run in two.
   out->max_chunk = 1 << 20;
-  out->max_whole = 16 << 20;
+  out->max_whole = 2 << 20;
   BC_CHECK(calibrate_plans(c, out));
   return BC_OK;
 }
