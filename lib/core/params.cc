@@ -80,8 +80,9 @@ const ParamDef kParamDefs[] = {
      "RNDV_THRESH for this library's own UCX context; UCX_RNDV_THRESH in the environment wins). "
      "UCX's own choice over TCP sent 32 KiB by rendezvous, one extra round trip: a 32 KiB "
      "all-reduce through node leaders took 1000 us instead of 640 us (2 simulated nodes, "
-     "100 us links). Every message the cost model plans is at most 256 KiB; above 1G nothing "
-     "is sent eagerly in practice."},
+     "100 us links). Above 512 KiB the extra round trip is small against the transfer (the "
+     "cost model's chunks of up to 1 MiB send at most 512 KiB per message across nodes with "
+     "2 or more ranks per node); above 1G nothing is sent eagerly in practice."},
     {ParamId::Chunk, "BC_CHUNK", ParamType::Bytes, "1M", nullptr, {4 * kKiB, kGiB, "one chunk"},
      "All-reduce pipelining: the buffer is cut into chunks of about this many bytes that stream "
      "through the stages one after another (0 = one chunk). Smaller chunks overlap the stages "
