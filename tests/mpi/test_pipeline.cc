@@ -132,12 +132,12 @@ std::string describe(bc_comm_t comm) {
   return text;
 }
 
-// The same on every rank?
-bool same_everywhere(const std::string &s) {
+// The same on every rank (of `comm`)?
+bool same_everywhere(const std::string &s, MPI_Comm comm = MPI_COMM_WORLD) {
   const long long h = static_cast<long long>(std::hash<std::string>()(s) & 0x7FFFFFFFFFFFLL);
   long long lo = 0, hi = 0;
-  MPI_Allreduce(&h, &lo, 1, MPI_LONG_LONG, MPI_MIN, MPI_COMM_WORLD);
-  MPI_Allreduce(&h, &hi, 1, MPI_LONG_LONG, MPI_MAX, MPI_COMM_WORLD);
+  MPI_Allreduce(&h, &lo, 1, MPI_LONG_LONG, MPI_MIN, comm);
+  MPI_Allreduce(&h, &hi, 1, MPI_LONG_LONG, MPI_MAX, comm);
   return lo == hi;
 }
 
@@ -176,6 +176,43 @@ TEST_CASE("the calibrated cost model: same plan on every rank, exact results", "
     }
     REQUIRE(bc_comm_destroy(&comm) == BC_OK);
   }
+}
+
+TEST_CASE("the cost model is calibrated once per process and layout, and agreed", "[model]") {
+  const int p = world_size(), r = world_rank();
+  if (p < 4 || p % 2) return;  // two halves of at least 2 ranks
+  const char *opts = "BC_MODEL=calibrate;BC_TOPO=1";
+  // Each half calibrates its own communicator of p/2 one-rank "nodes".
+  MPI_Comm half = MPI_COMM_NULL, mixed = MPI_COMM_NULL;
+  MPI_Comm_split(MPI_COMM_WORLD, r < p / 2, r, &half);
+  bc_comm_t comm = nullptr;
+  REQUIRE(everywhere(bc_comm_create_with(half, opts, &comm) == BC_OK));
+  REQUIRE(everywhere(describe(comm).find("cost model (calibrated") != std::string::npos));
+  REQUIRE(bc_comm_destroy(&comm) == BC_OK);
+  // The same layout on the same hosts, other members: every rank has a cached
+  // model (from different calibrations), and rank 0's goes to all.
+  MPI_Comm_split(MPI_COMM_WORLD, r % 2, p - r, &mixed);
+  REQUIRE(everywhere(bc_comm_create_with(mixed, opts, &comm) == BC_OK));
+  const std::string text = describe(comm);
+  INFO(text);
+  REQUIRE(everywhere(text.find("cost model (calibrated earlier in this process") != std::string::npos));
+  for (int64_t n : {int64_t{13}, int64_t{65539}, int64_t{700001}}) {
+    char plan[256] = "";
+    double predicted = 0;
+    REQUIRE(bc_comm_plan_for(comm, n * 4, plan, sizeof plan, &predicted) == BC_OK);
+    REQUIRE(everywhere(same_everywhere(plan, mixed)));  // the two mixed groups may differ
+    Case c{BC_INT32, BC_SUM, n, nullptr};
+    int mr = 0, mp = 0;
+    MPI_Comm_rank(mixed, &mr);
+    MPI_Comm_size(mixed, &mp);
+    c.fill(mr, mp);
+    bc_status_t st = bc_allreduce(BC_IN_PLACE, c.buf->data(), n, c.dtype, c.op, comm);
+    INFO("count " << n << ": " << bc_last_error());
+    REQUIRE(everywhere(st == BC_OK && c.right(mp)));
+  }
+  REQUIRE(bc_comm_destroy(&comm) == BC_OK);
+  MPI_Comm_free(&half);
+  MPI_Comm_free(&mixed);
 }
 
 TEST_CASE("the cost model file: written once, loaded next time, bad files refused", "[model]") {
