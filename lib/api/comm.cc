@@ -430,6 +430,7 @@ Status start(bc_comm *c, const CollArgs &a, CommLock *lock, std::unique_ptr<Oper
   if (total % nchunks != 0) BC_CHECK(comm_plan(c, a.kind, a.op == BC_AVG, total / nchunks, choice, &small));
 
   unsigned char *work = nullptr;
+  const unsigned char *lazy_input = nullptr;
   auto *recv = static_cast<unsigned char *>(a.recvbuf);
   const bool dev = mem == BC_MEM_CUDA;
   // Device buffers: the same placement with device copies. The reduce-
@@ -442,7 +443,10 @@ Status start(bc_comm *c, const CollArgs &a, CommLock *lock, std::unique_ptr<Oper
   switch (a.kind) {
     case CollKind::Allreduce:
       work = recv;
-      if (!in_place) BC_CHECK(copy(work, a.sendbuf, send_bytes));
+      // Host buffers out of place: the executor reads the input where it is
+      // needed instead of copying it all first (executor.cc, "Lazy input").
+      if (!in_place && dev) BC_CHECK(copy(work, a.sendbuf, send_bytes));
+      if (!in_place && !dev) lazy_input = static_cast<const unsigned char *>(a.sendbuf);
       break;
     case CollKind::ReduceScatter:
       if (in_place) {
@@ -463,7 +467,7 @@ Status start(bc_comm *c, const CollArgs &a, CommLock *lock, std::unique_ptr<Oper
   }
 
   const ExecContext ctx = exec_context(c, a.dtype, a.op, mem);
-  op_out->reset(new Operation(ctx, work, total, nchunks, choice.depth, big, small, c->seq));
+  op_out->reset(new Operation(ctx, work, total, nchunks, choice.depth, big, small, c->seq, lazy_input));
   c->seq += static_cast<uint32_t>(nchunks);
   *work_out = work;
   return BC_OK;

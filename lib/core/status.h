@@ -35,6 +35,12 @@ const char *last_error();
     }                                                 \
   } while (0)
 
+// MPI's own text for error code `rc`, in a local char array bc_mpi_msg_.
+#define BC_MPI_ERROR_TEXT_(rc)                      \
+  char bc_mpi_msg_[MPI_MAX_ERROR_STRING] = "";      \
+  int bc_mpi_len_ = 0;                              \
+  MPI_Error_string((rc), bc_mpi_msg_, &bc_mpi_len_)
+
 // For MPI calls: turns an MPI error code into BC_ERR_MPI with MPI's own text
 // (MPI_Error_string). Only useful where MPI returns errors instead of aborting:
 // every communicator the library creates gets MPI_ERRORS_RETURN.
@@ -42,9 +48,7 @@ const char *last_error();
   do {                                                                       \
     int bc_mpi_rc_ = (call);                                                 \
     if (bc_mpi_rc_ != MPI_SUCCESS) {                                         \
-      char bc_mpi_msg_[MPI_MAX_ERROR_STRING] = "";                           \
-      int bc_mpi_len_ = 0;                                                   \
-      MPI_Error_string(bc_mpi_rc_, bc_mpi_msg_, &bc_mpi_len_);               \
+      BC_MPI_ERROR_TEXT_(bc_mpi_rc_);                                        \
       return BC_FAIL(BC_ERR_MPI, "%s failed: %s", #call, bc_mpi_msg_);       \
     }                                                                        \
   } while (0)
@@ -56,9 +60,7 @@ const char *last_error();
   do {                                                                       \
     int bc_mpi_rc_ = (call);                                                 \
     if (bc_mpi_rc_ != MPI_SUCCESS) {                                         \
-      char bc_mpi_msg_[MPI_MAX_ERROR_STRING] = "";                           \
-      int bc_mpi_len_ = 0;                                                   \
-      MPI_Error_string(bc_mpi_rc_, bc_mpi_msg_, &bc_mpi_len_);               \
+      BC_MPI_ERROR_TEXT_(bc_mpi_rc_);                                        \
       BC_WARN(Api, "%s failed: %s", #call, bc_mpi_msg_);                     \
     }                                                                        \
   } while (0)

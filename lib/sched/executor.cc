@@ -1,5 +1,7 @@
 #include "sched/executor.h"
 
+#include <algorithm>
+#include <cstring>
 #include <sstream>
 
 #include "core/log.h"
@@ -9,18 +11,58 @@ namespace bc {
 
 using Clock = std::chrono::steady_clock;
 
-Execution::Execution(const Program &prog, const ExecContext &ctx, void *work, void *scratch, uint32_t seq)
+// Lazy input. An out-of-place all-reduce used to copy the whole input into the
+// output before the first step: 25% of rank 0's time at 1 MiB on one node
+// (perf, np 2). Instead, the input is read where it is used: a send of a range
+// that work does not hold yet goes out from the input; the first reduction
+// into such a range copies it just before (so it is in cache); a range
+// received whole (all-gather) is never copied; whatever is left at the end
+// (one rank: everything) is copied then. The arithmetic and its order are
+// unchanged, so the results are the same bits.
+Execution::Execution(const Program &prog, const ExecContext &ctx, void *work, void *scratch, uint32_t seq,
+                     const void *input)
     : prog_(prog),
       ctx_(ctx),
       work_(static_cast<unsigned char *>(work)),
       scratch_(static_cast<unsigned char *>(scratch)),
+      input_(static_cast<const unsigned char *>(input)),
       elem_(bc_dtype_size(ctx.dtype)),
       // Programs use tags below 2^20; the sequence number keeps back-to-back
       // collectives apart.
       seq_bits_((seq & 0x7FF) << 20),
-      stage_seconds_(prog.stage_algos.size(), 0.0) {}
+      stage_seconds_(prog.stage_algos.size(), 0.0) {
+  if (input_ && prog.count > 0) untouched_.push_back(Range{0, prog.count});
+}
 
 Execution::~Execution() { cancel_all(); }
+
+bool Execution::untouched(const Range &r) const {
+  for (const Range &u : untouched_)
+    if (u.offset <= r.offset && r.offset + r.count <= u.offset + u.count) return true;
+  return false;
+}
+
+void Execution::overwritten(const Range &r) {
+  std::vector<Range> left;
+  for (const Range &u : untouched_) {
+    const int64_t lo = std::max(u.offset, r.offset), hi = std::min(u.offset + u.count, r.offset + r.count);
+    if (lo >= hi) {
+      left.push_back(u);
+      continue;
+    }
+    if (u.offset < lo) left.push_back(Range{u.offset, lo - u.offset});
+    if (hi < u.offset + u.count) left.push_back(Range{hi, u.offset + u.count - hi});
+  }
+  untouched_.swap(left);
+}
+
+void Execution::materialize(const Range &r) {
+  for (const Range &u : untouched_) {
+    const int64_t lo = std::max(u.offset, r.offset), hi = std::min(u.offset + u.count, r.offset + r.count);
+    if (lo < hi) std::memcpy(work_ + lo * elem_, input_ + lo * elem_, static_cast<size_t>(hi - lo) * elem_);
+  }
+  overwritten(r);
+}
 
 void Execution::cancel_all() {
   for (size_t i = 0; i < reqs_.size(); ++i)
@@ -48,10 +90,17 @@ Status Execution::post_step() {
     BC_CHECK(t->post_recv(x.peer, dst, x.range.count * elem_, ctx_.mem, st.tag | seq_bits_, &reqs_[i++]));
   }
   for (const Xfer &x : st.sends) {
+    const unsigned char *src = work_ + x.range.offset * elem_;
+    if (!untouched_.empty()) {
+      if (untouched(x.range)) src = input_ + x.range.offset * elem_;  // as given: no copy
+      else materialize(x.range);  // partly in work already: complete it there
+    }
     Transport *t = (*ctx_.peer_transport)[x.peer];
-    BC_CHECK(t->post_send(x.peer, work_ + x.range.offset * elem_, x.range.count * elem_, ctx_.mem,
-                          st.tag | seq_bits_, &reqs_[i++]));
+    BC_CHECK(t->post_send(x.peer, src, x.range.count * elem_, ctx_.mem, st.tag | seq_bits_, &reqs_[i++]));
   }
+  // Received whole into work (copy steps): what was there never matters.
+  if (st.combine == Combine::Copy && !untouched_.empty())
+    for (const Xfer &x : st.recvs) overwritten(x.range);
   posted_ = true;
   step_start_ = Clock::now();
   return BC_OK;
@@ -64,11 +113,13 @@ Status Execution::finish_step() {
     // rank combines each element the same way.
     int64_t scratch_off = 0;
     for (const Xfer &x : st.recvs) {
+      if (!untouched_.empty()) materialize(x.range);
       BC_CHECK(reduce_into(work_ + x.range.offset * elem_, scratch_ + scratch_off * elem_, x.range.count,
                            ctx_.dtype, ctx_.op, ctx_.mem));
       scratch_off += x.range.count;
     }
   }
+  if (st.finish_avg && !untouched_.empty()) materialize(st.avg_range);
   if (st.finish_avg)
     BC_CHECK(reduce_finish_avg(work_ + st.avg_range.offset * elem_, st.avg_range.count, ctx_.dtype,
                                ctx_.nranks, ctx_.mem));
@@ -100,6 +151,7 @@ Status Execution::progress(bool *done) {
     BC_CHECK(finish_step());
     ++completions_;
   }
+  if (!untouched_.empty()) materialize(Range{0, prog_.count});  // what no step touched
   *done = true;
   return BC_OK;
 }

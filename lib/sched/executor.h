@@ -33,7 +33,11 @@ struct ExecContext {
 class Execution {
  public:
   // `work` has prog.count elements; `scratch` at least prog.scratch_elems.
-  Execution(const Program &prog, const ExecContext &ctx, void *work, void *scratch, uint32_t seq);
+  // `input` (host buffers only; null when the input is already in `work`):
+  // the caller's input, read where the work buffer does not hold its data yet
+  // (see "Lazy input" in executor.cc); by the end `work` holds the result.
+  Execution(const Program &prog, const ExecContext &ctx, void *work, void *scratch, uint32_t seq,
+            const void *input = nullptr);
   ~Execution();
   Execution(const Execution &) = delete;
   Execution &operator=(const Execution &) = delete;
@@ -51,11 +55,17 @@ class Execution {
  private:
   Status post_step();
   Status finish_step();
+  // Lazy input: the ranges of `work` that still lack their input.
+  bool untouched(const Range &r) const;       // all of r lacks it
+  void materialize(const Range &r);           // copy what r lacks from the input
+  void overwritten(const Range &r);           // r was received whole: nothing to copy
 
   const Program &prog_;
   ExecContext ctx_;
   unsigned char *work_;
   unsigned char *scratch_;
+  const unsigned char *input_;
+  std::vector<Range> untouched_;  // disjoint, in no order
   size_t elem_;
   uint32_t seq_bits_;
   size_t step_ = 0;

@@ -13,9 +13,11 @@ namespace bc {
 using Clock = std::chrono::steady_clock;
 
 Operation::Operation(const ExecContext &ctx, unsigned char *work, int64_t count, int64_t nchunks, int depth,
-                     std::shared_ptr<const Program> big, std::shared_ptr<const Program> small, uint32_t seq_base)
+                     std::shared_ptr<const Program> big, std::shared_ptr<const Program> small, uint32_t seq_base,
+                     const unsigned char *input)
     : ctx_(ctx),
       work_(work),
+      input_(input),
       count_(count),
       nchunks_(nchunks),
       big_(std::move(big)),
@@ -58,8 +60,9 @@ Status Operation::start_chunk(Slot *slot) {
   const size_t need = static_cast<size_t>(prog->scratch_elems) * elem_;
   unsigned char *scratch = nullptr;
   BC_CHECK(slot_scratch(slot, need, &scratch));
-  slot->exec.reset(new Execution(*prog, ctx_, work_ + block_offset(count_, nchunks_, j) * elem_, scratch,
-                                 seq_base_ + static_cast<uint32_t>(j)));
+  const int64_t at = block_offset(count_, nchunks_, j) * static_cast<int64_t>(elem_);
+  slot->exec.reset(new Execution(*prog, ctx_, work_ + at, scratch, seq_base_ + static_cast<uint32_t>(j),
+                                 input_ ? input_ + at : nullptr));
   return BC_OK;
 }
 

@@ -59,8 +59,12 @@ class Operation {
  public:
   // `big` serves chunks of big->count elements and `small` (may equal big) the
   // chunks one element shorter: cutting n into k chunks gives at most two sizes.
+  // `input`: host buffers, out of place: the caller's input, which is not
+  // copied into `work` first but read where it is needed (executor.cc, "Lazy
+  // input"); null when `work` already holds it.
   Operation(const ExecContext &ctx, unsigned char *work, int64_t count, int64_t nchunks, int depth,
-            std::shared_ptr<const Program> big, std::shared_ptr<const Program> small, uint32_t seq_base);
+            std::shared_ptr<const Program> big, std::shared_ptr<const Program> small, uint32_t seq_base,
+            const unsigned char *input = nullptr);
   ~Operation();
   Operation(const Operation &) = delete;
   Operation &operator=(const Operation &) = delete;
@@ -92,6 +96,7 @@ class Operation {
 
   ExecContext ctx_;
   unsigned char *work_;
+  const unsigned char *input_;
   int64_t count_;
   int64_t nchunks_;
   std::shared_ptr<const Program> big_, small_;
