@@ -64,6 +64,19 @@ class Transport {
   virtual Status idle_wait(int timeout_ms) { (void)timeout_ms; return BC_OK; }
 };
 
+// The largest tag MPI allows, for transports that send over MPI. MPI_TAG_UB
+// is attached to MPI_COMM_WORLD and holds for every communicator, but Open MPI
+// 4.1 has no value on a communicator from MPI_Comm_split (nor on its
+// duplicates): reading it there fell back to 32767, which folded away the
+// sequence bits of every tag, so the chunks of one pipelined all-reduce
+// matched each other's messages and ranks returned BC_OK with wrong results.
+inline int mpi_tag_ub() {
+  int flag = 0;
+  int *ub = nullptr;
+  if (MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag) != MPI_SUCCESS || !flag || !ub) return 32767;
+  return *ub;
+}
+
 // The table of transports, in order of preference for a peer.
 struct TransportKind {
   const char *name;

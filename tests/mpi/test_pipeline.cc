@@ -47,6 +47,32 @@ TEST_CASE("pipelined all-reduce: the smallest chunks through every stage", "[pip
   }
 }
 
+// Regression: the mpi transport read MPI_TAG_UB from its own communicator,
+// where Open MPI has none after MPI_Comm_split, fell back to 32767 and folded
+// the chunks' sequence bits away: chunks matched each other's messages and
+// ranks returned BC_OK with wrong results. Pipelined on split communicators.
+TEST_CASE("pipelined all-reduce on split sub-communicators", "[pipeline][comm]") {
+  const int p = world_size(), r = world_rank();
+  if (p < 2) return;
+  MPI_Comm sub = MPI_COMM_NULL;
+  MPI_Comm_split(MPI_COMM_WORLD, r % 2, p - r, &sub);  // two groups, reversed order
+  int sr = 0, sp = 1;
+  MPI_Comm_rank(sub, &sr);
+  MPI_Comm_size(sub, &sp);
+  bc_comm_t comm = nullptr;
+  INFO(bc_last_error());
+  REQUIRE(everywhere(bc_comm_create_with(sub, "BC_CHUNK=4K;BC_PIPELINE_DEPTH=4", &comm) == BC_OK));
+  for (int64_t n : {int64_t{70001}, int64_t{100003}}) {  // 69 and 98 chunks, two sizes of chunk each
+    Case c{BC_INT32, BC_SUM, n, nullptr};
+    c.fill(sr, sp);
+    const bc_status_t st = bc_allreduce(BC_IN_PLACE, c.buf->data(), n, c.dtype, c.op, comm);
+    INFO("count " << n << ": " << bc_last_error());
+    REQUIRE(everywhere(st == BC_OK && c.right(sp)));
+  }
+  REQUIRE(bc_comm_destroy(&comm) == BC_OK);
+  MPI_Comm_free(&sub);
+}
+
 TEST_CASE("non-blocking all-reduce: several in flight, completed by test and wait", "[nonblocking]") {
   const int p = world_size(), r = world_rank();
   for (const char *options : {"", "BC_CHUNK=4K;BC_PIPELINE_DEPTH=2"}) {

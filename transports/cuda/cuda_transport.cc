@@ -83,10 +83,7 @@ class CudaTransport final : public Transport {
     // A duplicate inherits the bootstrap's MPI_ERRORS_RETURN; say so anyway.
     BC_MPI_CHECK(MPI_Comm_set_errhandler(desc_comm_, MPI_ERRORS_RETURN));
     BC_MPI_CHECK(MPI_Comm_set_errhandler(ack_comm_, MPI_ERRORS_RETURN));
-    int flag = 0;
-    int *ub = nullptr;
-    BC_MPI_CHECK(MPI_Comm_get_attr(desc_comm_, MPI_TAG_UB, &ub, &flag));
-    tag_ub_ = flag && ub ? *ub : 32767;
+    tag_ub_ = mpi_tag_ub();
     BC_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     return BC_OK;
   }

@@ -68,10 +68,10 @@ class MpiTransport final : public Transport {
   explicit MpiTransport(const TransportSetup &s) : comm_(s.bootstrap), unmatched_(static_cast<size_t>(s.size)) {}
   ~MpiTransport() override;
   Status init() {
-    int flag = 0;
-    int *ub = nullptr;
-    BC_MPI_CHECK(MPI_Comm_get_attr(comm_, MPI_TAG_UB, &ub, &flag));
-    tag_ub_ = flag && ub ? *ub : 32767;
+    tag_ub_ = mpi_tag_ub();
+    if (tag_ub_ < 0x7FFFFFFF)
+      BC_WARN(Transport, "mpi transport: MPI_TAG_UB is %#x: tags are folded into it and keep fewer sequence bits, "
+              "so chunks far apart in a pipeline could share a tag", tag_ub_);
     return BC_OK;
   }
   const char *name() const override { return "mpi"; }
