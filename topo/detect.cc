@@ -7,6 +7,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/hash.h"
 #include "core/log.h"
 
 namespace bc {
@@ -22,11 +23,6 @@ struct TopoRecord {
   uint64_t settings_hash;  // BC_TOPO / BC_TOPO_FILE / BC_TOPO_INTRA must agree
   int64_t keys[kMaxKeys];
 };
-
-uint64_t fnv1a(const std::string &s, uint64_t h = 1469598103934665603ULL) {
-  for (unsigned char c : s) { h ^= c; h *= 1099511628211ULL; }
-  return h;
-}
 
 // The package or NUMA node that this process is bound inside; -1 when its
 // binding spans several (e.g. --bind-to none).

@@ -35,6 +35,7 @@
 #include <unistd.h>
 
 #include "api/comm.h"
+#include "core/hash.h"
 #include "core/log.h"
 #include "sched/operation.h"
 
@@ -217,26 +218,27 @@ Status calibrate(bc_comm *c, CostModel *out) {
   return BC_OK;
 }
 
+// Rank 0's *text on every rank. Collective.
+Status bcast_text(bc_comm *c, std::string *text) {
+  long long len = static_cast<long long>(text->size());
+  BC_MPI_CHECK(MPI_Bcast(&len, 1, MPI_LONG_LONG, 0, c->mpi));
+  text->resize(static_cast<size_t>(len));
+  if (len > 0) BC_MPI_CHECK(MPI_Bcast(&(*text)[0], static_cast<int>(len), MPI_CHAR, 0, c->mpi));
+  return BC_OK;
+}
+
 // Rank 0 reads the file; everyone gets its text ("" when there is none).
 Status read_shared(bc_comm *c, const std::string &path, std::string *text) {
-  long long len = -1;
+  text->clear();
   if (c->rank == 0) {
     std::ifstream in(path);
     if (in) {
       std::ostringstream ss;
       ss << in.rdbuf();
       *text = ss.str();
-      len = static_cast<long long>(text->size());
     }
   }
-  BC_MPI_CHECK(MPI_Bcast(&len, 1, MPI_LONG_LONG, 0, c->mpi));
-  if (len < 0) {
-    text->clear();
-    return BC_OK;
-  }
-  text->resize(static_cast<size_t>(len));
-  if (len > 0) BC_MPI_CHECK(MPI_Bcast(&(*text)[0], static_cast<int>(len), MPI_CHAR, 0, c->mpi));
-  return BC_OK;
+  return bcast_text(c, text);
 }
 
 // Models this process calibrated: cache key -> serialized model.
@@ -248,11 +250,7 @@ std::map<std::string, std::string> g_models;
 Status model_cache_key(bc_comm *c, const std::string &signature, std::string *key) {
   char host[256] = "";
   gethostname(host, sizeof host - 1);
-  uint64_t mine = 1469598103934665603ULL;  // FNV-1a
-  for (const char *p = host; *p; ++p) {
-    mine ^= static_cast<unsigned char>(*p);
-    mine *= 1099511628211ULL;
-  }
+  uint64_t mine = fnv1a(host);
   std::vector<uint64_t> all(static_cast<size_t>(c->size));
   BC_MPI_CHECK(MPI_Allgather(&mine, 1, MPI_UINT64_T, all.data(), 1, MPI_UINT64_T, c->mpi));
   std::ostringstream os;
@@ -276,10 +274,7 @@ Status model_from_cache(bc_comm *c, const std::string &key, const std::string &s
   int have = text.empty() ? 0 : 1, everyone = 0;
   BC_MPI_CHECK(MPI_Allreduce(&have, &everyone, 1, MPI_INT, MPI_MIN, c->mpi));
   if (!everyone) return BC_OK;
-  long long len = static_cast<long long>(text.size());
-  BC_MPI_CHECK(MPI_Bcast(&len, 1, MPI_LONG_LONG, 0, c->mpi));
-  text.resize(static_cast<size_t>(len));
-  BC_MPI_CHECK(MPI_Bcast(&text[0], static_cast<int>(len), MPI_CHAR, 0, c->mpi));
+  BC_CHECK(bcast_text(c, &text));
   bool matches = false;
   BC_CHECK(model_parse(text, signature, &c->model, &matches));
   if (!matches) return BC_FAIL(BC_ERR_INTERNAL, "the cached cost model does not match its layout %s", signature.c_str());

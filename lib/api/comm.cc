@@ -326,12 +326,14 @@ PlanChoice comm_choose(const bc_comm *c, int64_t bytes) {
   return c->params.is_set(ParamId::Plan) ? plan_choose(c->plan_rules, bytes, it->second) : it->second;
 }
 
+BufferPool &buffer_pool(bc_comm *c, bc_memtype_t mem) { return mem == BC_MEM_CUDA ? c->dev_pool : c->host_pool; }
+
 ExecContext exec_context(const bc_comm *c, bc_dtype_t dtype, bc_op_t op, bc_memtype_t mem) {
   const bool dev = mem == BC_MEM_CUDA;
   ExecContext ctx;
   ctx.peer_transport = dev ? &c->dev_peer_transport : &c->peer_transport;
   ctx.mem = mem;
-  ctx.scratch_pool = const_cast<BufferPool *>(dev ? &c->dev_pool : &c->host_pool);
+  ctx.scratch_pool = &buffer_pool(const_cast<bc_comm *>(c), mem);
   ctx.dtype = dtype;
   ctx.op = op == BC_AVG ? BC_SUM : op;
   ctx.nranks = c->size;
@@ -454,7 +456,7 @@ Status start(bc_comm *c, const CollArgs &a, CommLock *lock, std::unique_ptr<Oper
       } else {
         if (!pooled_work_out) return BC_FAIL(BC_ERR_INTERNAL, "reduce_scatter started without a work buffer slot");
         void *p = nullptr;
-        BC_CHECK((dev ? c->dev_pool : c->host_pool).acquire(send_bytes, &p));
+        BC_CHECK(buffer_pool(c, mem).acquire(send_bytes, &p));
         *pooled_work_out = p;
         work = static_cast<unsigned char *>(p);
         BC_CHECK(copy(work, a.sendbuf, send_bytes));
@@ -500,7 +502,7 @@ Status comm_run(bc_comm *c, const CollArgs &a) {
       }
     }
   }
-  if (pooled_work) (c->cur_mem == BC_MEM_CUDA ? c->dev_pool : c->host_pool).release(pooled_work);
+  if (pooled_work) buffer_pool(c, c->cur_mem).release(pooled_work);
   BC_CHECK(st);
   return BC_OK;
 }

@@ -118,6 +118,8 @@ const Hierarchy &hierarchy_for(const bc_comm *comm, Hierarchy::Shape shape);
 // Calibrates or loads the communicator's cost model (BC_MODEL, BC_MODEL_FILE).
 // Collective over comm->mpi, after the transports are up.
 Status model_setup(bc_comm *comm);
+// The communicator's pool of scratch and work buffers of memory type `mem`.
+BufferPool &buffer_pool(bc_comm *comm, bc_memtype_t mem);
 // The execution context of a collective on `comm` (transports, timeouts, waiting).
 ExecContext exec_context(const bc_comm *comm, bc_dtype_t dtype, bc_op_t op, bc_memtype_t mem);
 Status comm_plan(bc_comm *comm, CollKind kind, bool average, int64_t count, const PlanChoice &choice,

@@ -1,6 +1,5 @@
 #include "sched/executor.h"
 
-#include <algorithm>
 #include <cstring>
 #include <sstream>
 
@@ -38,28 +37,29 @@ Execution::~Execution() { cancel_all(); }
 
 bool Execution::untouched(const Range &r) const {
   for (const Range &u : untouched_)
-    if (u.offset <= r.offset && r.offset + r.count <= u.offset + u.count) return true;
+    if (u.offset <= r.offset && r.end() <= u.end()) return true;
   return false;
 }
 
 void Execution::overwritten(const Range &r) {
   std::vector<Range> left;
   for (const Range &u : untouched_) {
-    const int64_t lo = std::max(u.offset, r.offset), hi = std::min(u.offset + u.count, r.offset + r.count);
-    if (lo >= hi) {
+    const Range both = intersect(u, r);
+    if (both.count == 0) {
       left.push_back(u);
       continue;
     }
-    if (u.offset < lo) left.push_back(Range{u.offset, lo - u.offset});
-    if (hi < u.offset + u.count) left.push_back(Range{hi, u.offset + u.count - hi});
+    if (u.offset < both.offset) left.push_back(Range{u.offset, both.offset - u.offset});
+    if (both.end() < u.end()) left.push_back(Range{both.end(), u.end() - both.end()});
   }
   untouched_.swap(left);
 }
 
 void Execution::materialize(const Range &r) {
   for (const Range &u : untouched_) {
-    const int64_t lo = std::max(u.offset, r.offset), hi = std::min(u.offset + u.count, r.offset + r.count);
-    if (lo < hi) std::memcpy(work_ + lo * elem_, input_ + lo * elem_, static_cast<size_t>(hi - lo) * elem_);
+    const Range both = intersect(u, r);
+    if (both.count > 0)
+      std::memcpy(work_ + both.offset * elem_, input_ + both.offset * elem_, static_cast<size_t>(both.count) * elem_);
   }
   overwritten(r);
 }
