@@ -72,6 +72,11 @@ const ParamDef kParamDefs[] = {
     {ParamId::ShmChunk, "BC_SHM_CHUNK", ParamType::Bytes, "256K", nullptr, {64, 64 * kMiB, nullptr},
      "Shared-memory transport: bytes per chunk of a copied message (copy mode). Rounded up to "
      "64 bytes (a cache line); the segment holds several chunks per pair of ranks, hence the maximum."},
+    {ParamId::ShmEager, "BC_SHM_EAGER", ParamType::Bytes, "4K", nullptr, {0, 64 * kKiB, nullptr},
+     "Shared-memory transport: messages up to this size are copied into the segment and the send "
+     "completes at once (no system call, no wait for the receiver); larger ones take the cma or "
+     "copy path. 0 turns it off. Rounded up to 64 bytes; the segment reserves 8 such areas per "
+     "pair of ranks, so the maximum bounds it (pages are only allocated once used)."},
     {ParamId::UcxWait, "BC_UCX_WAIT", ParamType::Enum, "yield", "yield|event", kParamAnyRange,
      "UCX transport, when a wait finds nothing to do: yield the core (sched_yield), or sleep on "
      "the worker's event fd (ucp_worker_arm) until the network wakes it."},

@@ -29,6 +29,7 @@ enum class ParamId : int {
   PmpiMinBytes, // BC_PMPI_MIN_BYTES
   ShmMode,      // BC_SHM_MODE
   ShmChunk,     // BC_SHM_CHUNK
+  ShmEager,     // BC_SHM_EAGER
   UcxWait,      // BC_UCX_WAIT
   UcxRndvThresh,// BC_UCX_RNDV_THRESH
   Chunk,        // BC_CHUNK

@@ -85,7 +85,11 @@ bool wait_all(bc::Transport *t, std::vector<bc::TransportRequest> &reqs, std::st
 
 unsigned char pattern(uint32_t tag, size_t i, int k) { return static_cast<unsigned char>(tag * 31 + i * 7 + k); }
 
-std::vector<const char *> modes() { return {"BC_SHM_MODE=copy;BC_SHM_CHUNK=4K", "BC_SHM_MODE=copy", "BC_SHM_MODE=auto"}; }
+// Eager (BC_SHM_EAGER, 4K by default) covers the small sizes in every mode; the
+// last mode sends them by single copy instead.
+std::vector<const char *> modes() {
+  return {"BC_SHM_MODE=copy;BC_SHM_CHUNK=4K", "BC_SHM_MODE=copy", "BC_SHM_MODE=auto", "BC_SHM_MODE=auto;BC_SHM_EAGER=0"};
+}
 
 // Rank 0 sends `sizes[i]` bytes with tag tags[i] in that order; rank 1 posts its
 // receives in `recv_order`. Returns an empty string when all arrived intact.
@@ -206,12 +210,30 @@ TEST_CASE("shm: cancelled and mismatched messages fail cleanly", "[shm]") {
       if (r.active) err = "cancel left the request active";
       // A size mismatch fails on both sides with a message.
       std::vector<bc::TransportRequest> reqs(1);
-      st = world_rank() == 0 ? f.t->post_send(1, buf.data(), 100, BC_MEM_HOST, 52, &reqs[0])
-                             : f.t->post_recv(0, buf.data(), 200, BC_MEM_HOST, 52, &reqs[0]);
+      st = world_rank() == 0 ? f.t->post_send(1, buf.data(), 10000, BC_MEM_HOST, 52, &reqs[0])
+                             : f.t->post_recv(0, buf.data(), 20000, BC_MEM_HOST, 52, &reqs[0]);
       std::string why;
       if (st != BC_OK) err = bc_last_error();
       else if (wait_all(f.t.get(), reqs, &why)) err = "a size mismatch went through";
       else if (why.find("bytes") == std::string::npos) err = "unclear message: " + why;
+      // An eager one (at most BC_SHM_EAGER) completes at the sender, as an MPI
+      // eager send does; the receiver fails, and its buffer is untouched.
+      std::vector<unsigned char> small(200, 0xEE);
+      reqs.assign(1, bc::TransportRequest{});
+      st = world_rank() == 0 ? f.t->post_send(1, buf.data(), 100, BC_MEM_HOST, 54, &reqs[0])
+                             : f.t->post_recv(0, small.data(), 200, BC_MEM_HOST, 54, &reqs[0]);
+      const bool eager = std::string(opt).find("EAGER=0") == std::string::npos;
+      const bool sent = st == BC_OK && wait_all(f.t.get(), reqs, &why);
+      if (!err.empty()) {
+      } else if (st != BC_OK) {
+        err = bc_last_error();
+      } else if (world_rank() == 1 || !eager) {
+        if (sent) err = "a small size mismatch went through";
+        else if (why.find("bytes") == std::string::npos) err = "unclear message: " + why;
+        else if (world_rank() == 1 && small != std::vector<unsigned char>(200, 0xEE)) err = "refused data landed";
+      } else if (!sent) {
+        err = "an eager send failed at the sender: " + why;
+      }
       // The channels still work: tag 50 was withdrawn, so this matches the new one.
       if (err.empty()) err = exchange(f, {50, 51, 53}, {20000, 0, 7}, {2, 1, 0});
     }

@@ -17,6 +17,10 @@
 //                                  ring[K]    : K chunks of BC_SHM_CHUNK     with the lowest-seq desc
 //                                               (copy mode only)             of its tag:
 //                                                                            CAS POSTED -> MATCHED
+//   eager: a message of at most BC_SHM_EAGER bytes goes into its desc slot's inline area (the
+//         first kEagerSlots slots have one) and the send is complete once published; j copies it
+//         out at the match and frees the slot. Two small copies, no system call, and the sender
+//         never waits for the receiver to be scheduled: small messages are latency, not bandwidth.
 //   cma : j reads i's buffer with process_vm_readv(&buf) and sets DONE; i sees DONE, frees the slot,
 //         and the send is complete. One copy, no ring.
 //   copy: j queues its matched receives and sets grant = seq of the first. i, seeing grant == seq of
@@ -36,7 +40,7 @@
 // CAS specific to one message, so a slot that was freed and reused never matches
 // a stale expectation):
 //
-//   FREE --i--> POSTED --j--> MATCHED --j--> FREE                     (copy mode, or 0 bytes)
+//   FREE --i--> POSTED --j--> MATCHED --j--> FREE                     (copy mode, eager, 0 bytes)
 //                 |              |------j--> DONE --i--> FREE         (cma)
 //                 |              |------j--> REFUSED --i--> FREE      (size mismatch, failed read)
 //                 |              |------i--> SEND_CANCEL --j--> FREE  (sender gave up)
@@ -65,9 +69,10 @@ namespace shm {
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "64-bit atomics must be lock-free in shared memory");
 static_assert(std::atomic<uint32_t>::is_always_lock_free, "32-bit atomics must be lock-free in shared memory");
 
-constexpr uint64_t kMagic = 0x424353484d303031ULL;  // "BCSHM001"
+constexpr uint64_t kMagic = 0x424353484d303032ULL;  // "BCSHM002"
 constexpr uint32_t kDescSlots = 64;   // outstanding messages per directed pair
 constexpr uint32_t kRingSlots = 4;    // copy mode: chunks in flight per directed pair
+constexpr uint32_t kEagerSlots = 8;   // desc slots 0..7 have an inline area of eager_bytes
 constexpr size_t kHeaderBytes = 4096;
 
 enum DescState : uint64_t {
@@ -90,6 +95,7 @@ struct alignas(64) Desc {
   std::atomic<uint64_t> size;
   std::atomic<uint64_t> addr;  // the sender's buffer, in the sender's address space
   std::atomic<uint32_t> tag;
+  std::atomic<uint32_t> eager;  // 1: the bytes are in this slot's inline area, not at addr
 };
 
 // One direction between two ranks of the node. Each counter has its own cache
@@ -111,7 +117,9 @@ struct Header {
   uint32_t reserved;
   uint64_t chunk;
   uint64_t channels_offset;
-  uint64_t data_offset;
+  uint64_t data_offset;   // rings (copy mode), one per directed pair
+  uint64_t eager_bytes;   // inline area per eager desc slot; 0: no eager path
+  uint64_t eager_offset;  // inline areas: per directed pair, kEagerSlots x eager_bytes
   uint64_t total_bytes;
 };
 static_assert(sizeof(Header) <= kHeaderBytes, "header fits its page");

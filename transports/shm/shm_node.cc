@@ -120,6 +120,11 @@ unsigned char *Node::ring(int from, int to) const {
   return base_ + header_->data_offset + static_cast<size_t>(pair_index(from, to)) * ring_slots_ * chunk_;
 }
 
+unsigned char *Node::eager(int from, int to) const {
+  if (eager_bytes_ == 0) return nullptr;
+  return base_ + header_->eager_offset + static_cast<size_t>(pair_index(from, to)) * kEagerSlots * eager_bytes_;
+}
+
 // The leader's part of step 3: a fresh segment, sized and initialised.
 Status Node::create_segment(char *name, size_t name_size) {
   remove_stale_segments();
@@ -139,11 +144,24 @@ Status Node::create_segment(char *name, size_t name_size) {
   // Rings of 4 chunks per pair, or 2 where /dev/shm is tight.
   struct statvfs vfs;
   const size_t avail = fstatvfs(fd, &vfs) == 0 ? static_cast<size_t>(vfs.f_bavail) * vfs.f_frsize : SIZE_MAX;
+  // Eager areas are written only as small messages use them (tmpfs pages are
+  // allocated on first touch), but the size must fit: where /dev/shm is tight
+  // the eager path goes first, then half the ring.
   ring_slots_ = cma_ ? 0 : kRingSlots;
-  size_t total = data_offset + npairs * ring_slots_ * chunk_;
+  auto total_bytes = [&] {
+    return data_offset + npairs * (kEagerSlots * eager_bytes_ + ring_slots_ * chunk_);
+  };
+  size_t total = total_bytes();
+  if (total > avail && eager_bytes_ > 0) {
+    BC_WARN(Transport, "shm transport: /dev/shm has %zu MiB free, too little for %zu B eager areas "
+                       "(BC_SHM_EAGER) between %d ranks: small messages take the single-copy path", avail >> 20,
+                       eager_bytes_, nlocal);
+    eager_bytes_ = 0;
+    total = total_bytes();
+  }
   if (total > avail && !cma_) {
     ring_slots_ = 2;
-    total = data_offset + npairs * ring_slots_ * chunk_;
+    total = total_bytes();
   }
   Status st = BC_OK;
   void *p = MAP_FAILED;
@@ -159,8 +177,9 @@ Status Node::create_segment(char *name, size_t name_size) {
   BC_CHECK(st);
   base_ = static_cast<unsigned char *>(p);
   length_ = total;
+  const size_t eager_offset = data_offset + npairs * ring_slots_ * chunk_;
   header_ = new (base_) Header{kMagic, static_cast<uint32_t>(nlocal), cma_ ? 0u : 1u, ring_slots_, 0,
-                               chunk_, kHeaderBytes, data_offset, total};
+                               chunk_, kHeaderBytes, data_offset, eager_bytes_, eager_offset, total};
   auto *ch = reinterpret_cast<Channel *>(base_ + kHeaderBytes);
   for (size_t i = 0; i < npairs; ++i) new (&ch[i]) Channel();
   return BC_OK;
@@ -190,6 +209,7 @@ Status Node::open_segment(const char *name) {
       (h.copy_mode != 0) == cma_ || h.chunk != chunk_)
     return BC_FAIL(BC_ERR_INTERNAL, "shm transport: segment %s does not match this node's setup", name);
   ring_slots_ = h.ring_slots;
+  eager_bytes_ = h.eager_bytes;  // the leader may have dropped the eager path for space
   return BC_OK;
 }
 
@@ -208,6 +228,7 @@ Status Node::setup(const TransportSetup &s, Node *out) {
                  s.node_of.size(), s.size);
   BC_CHECK(agree(comm, st, "parameter check"));
   out->chunk_ = round_up(static_cast<size_t>(chunk_param), 64);
+  out->eager_bytes_ = round_up(static_cast<size_t>(s.params->get_int(ParamId::ShmEager)), 64);
 
   // Who shares my node.
   out->local_of_.assign(s.size, -1);

@@ -32,8 +32,10 @@ class Node {
   bool cma() const { return cma_; }
   size_t chunk() const { return chunk_; }
   uint32_t ring_slots() const { return ring_slots_; }
+  size_t eager_bytes() const { return eager_bytes_; }  // 0: no eager path
   Channel *channel(int from, int to) const;
-  unsigned char *ring(int from, int to) const;  // copy mode only
+  unsigned char *ring(int from, int to) const;   // copy mode only
+  unsigned char *eager(int from, int to) const;  // kEagerSlots inline areas of eager_bytes()
 
  private:
   int pair_index(int from, int to) const { return from * (nlocal() - 1) + (to < from ? to : to - 1); }
@@ -49,6 +51,7 @@ class Node {
   bool cma_ = false;
   size_t chunk_ = 0;
   uint32_t ring_slots_ = 0;
+  size_t eager_bytes_ = 0;
   unsigned char *base_ = nullptr;
   size_t length_ = 0;
   Header *header_ = nullptr;

@@ -62,21 +62,26 @@ void ShmTransport::progress(Peer &p) {
 
 // ---- sender side ----
 
-int ShmTransport::free_slot(Peer &p) {
-  for (uint32_t k = 0; k < kDescSlots; ++k) {
-    const uint32_t i = (p.free_hint + k) % kDescSlots;
-    std::atomic<uint64_t> &state = p.out->desc[i].state;
+// A free desc slot, or -1. Eager messages need one of the first kEagerSlots
+// (those have an inline area); other messages take the rest first, so that a
+// burst of large offers leaves the eager slots to the small ones.
+int ShmTransport::free_slot(Peer &p, bool eager) {
+  constexpr uint32_t kPlain = kDescSlots - kEagerSlots;
+  const uint32_t count = eager ? kEagerSlots : kDescSlots;
+  for (uint32_t k = 0; k < count; ++k) {
+    const uint32_t slot = eager ? k : k < kPlain ? kEagerSlots + (p.free_hint + k) % kPlain : k - kPlain;
+    std::atomic<uint64_t> &state = p.out->desc[slot].state;
     const uint64_t w = state.load(kAcquire);  // the receiver's last reads of this slot are done
     bool reclaim = w == kFree;
     if (!reclaim && (desc_state(w) == kRecvCancel || desc_state(w) == kRefused)) {
-      // Given up after my send had completed locally (copy mode): nobody else frees it.
+      // Given up after my send had completed locally (copy mode, eager): nobody else frees it.
       reclaim = std::none_of(p.sending.begin(), p.sending.end(),
-                             [&](uint32_t id) { return ops_[id].slot == static_cast<int>(i); });
+                             [&](uint32_t id) { return ops_[id].slot == static_cast<int>(slot); });
       if (reclaim) state.store(kFree, kRelaxed);
     }
     if (reclaim) {
-      p.free_hint = (i + 1) % kDescSlots;
-      return static_cast<int>(i);
+      if (slot >= kEagerSlots) p.free_hint = (slot - kEagerSlots + 1) % kPlain;
+      return static_cast<int>(slot);
     }
   }
   return -1;
@@ -84,21 +89,27 @@ int ShmTransport::free_slot(Peer &p) {
 
 void ShmTransport::publish(Peer &p) {
   while (!p.queued.empty()) {
-    const int slot = free_slot(p);
+    Op &op = ops_[p.queued.front()];
+    const bool fits = p.out_eager && op.size > 0 && op.size <= node_->eager_bytes();
+    int slot = fits ? free_slot(p, true) : -1;
+    const bool eager = slot >= 0;
+    if (!eager) slot = free_slot(p, false);
     if (slot < 0) return;  // 64 offers outstanding: the rest wait here, in order
     const uint32_t id = p.queued.front();
     p.queued.pop_front();
-    Op &op = ops_[id];
     Desc &d = p.out->desc[slot];
+    if (eager) std::memcpy(p.out_eager + static_cast<size_t>(slot) * node_->eager_bytes(), op.buf, op.size);
     d.size.store(op.size, kRelaxed);
     d.addr.store(reinterpret_cast<uintptr_t>(op.buf), kRelaxed);
     d.tag.store(op.tag, kRelaxed);
+    d.eager.store(eager ? 1u : 0u, kRelaxed);
     op.seq = ++p.next_seq;
     op.slot = slot;
     d.state.store(desc_word(op.seq, kPosted), kRelease);
     p.out->published.store(op.seq, kRelease);
     ++events_;
-    if (op.size == 0) complete(p, op);  // nothing to move: the receiver frees the slot
+    // Nothing to move, or moved already: the receiver frees the slot.
+    if (op.size == 0 || eager) complete(p, op);
     else p.sending.push_back(id);
   }
 }
@@ -225,6 +236,14 @@ void ShmTransport::start_recv(Peer &p, uint32_t id) {
   }
   if (size == 0) {
     d.state.store(kFree, kRelease);
+    complete(p, r);
+  } else if (d.eager.load(kRelaxed)) {
+    if (size > node_->eager_bytes() || r.slot >= static_cast<int>(kEagerSlots)) {
+      refuse(p, id, ": an eager offer that does not fit its inline area");
+      return;
+    }
+    std::memcpy(r.buf, p.in_eager + static_cast<size_t>(r.slot) * node_->eager_bytes(), size);
+    d.state.store(kFree, kRelease);  // after the copy: the sender may reuse the area
     complete(p, r);
   } else if (node_->cma()) {
     read_cma(p, id, addr);

@@ -43,6 +43,8 @@ ShmTransport::ShmTransport(const TransportSetup &s, std::unique_ptr<Node> node)
     p.pid = node_->pid_of(l);
     p.out = node_->channel(me, l);
     p.in = node_->channel(l, me);
+    p.out_eager = node_->eager(me, l);
+    p.in_eager = node_->eager(l, me);
     if (!node_->cma()) {
       p.out_ring = node_->ring(me, l);
       p.in_ring = node_->ring(l, me);

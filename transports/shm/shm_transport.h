@@ -56,6 +56,8 @@ struct Peer {
   Channel *in = nullptr;   // peer -> me
   unsigned char *out_ring = nullptr;
   unsigned char *in_ring = nullptr;
+  unsigned char *out_eager = nullptr;  // my inline areas toward the peer (null: no eager path)
+  unsigned char *in_eager = nullptr;
   uint64_t next_seq = 0;            // seqs given to my sends so far
   uint64_t out_head = 0;            // out->head, of which I am the only writer
   uint64_t in_tail = 0;             // in->tail, likewise
@@ -95,7 +97,7 @@ class ShmTransport final : public Transport {
   // shm_progress.cc: the protocol.
   void progress(Peer &p);
   void publish(Peer &p);
-  int free_slot(Peer &p);
+  int free_slot(Peer &p, bool eager);
   void advance_sends(Peer &p);
   void stream_out(Peer &p, Op &op);
   void scan_offers(Peer &p);
