@@ -110,7 +110,7 @@ Status run_trial(bc_comm *c, const Trial &t, std::vector<float> *buf, double *se
   auto prog = std::make_shared<Program>();
   const std::vector<Algo> algos{t.algo == Algo::Rd ? Algo::Auto : t.algo};
   BC_CHECK(build_program(one, c->rank, CollKind::Allreduce, t.count, Algo::Auto, false, prog.get(),
-                         t.algo == Algo::Rd, &algos));
+                         t.algo == Algo::Rd ? Top::Rd : Top::Split, &algos));
   return time_program(c, prog, t.count == kLarge ? kLargeBackToBack : kSmallBackToBack, buf, seconds);
 }
 
@@ -123,11 +123,13 @@ Status calibrate_plans(bc_comm *c, CostModel *m) {
   std::vector<PlanFit> cands;
   for (Hierarchy::Shape shape : {Hierarchy::Shape::Split, Hierarchy::Shape::Leader}) {
     const Hierarchy &h = hierarchy_for(c, shape);
-    for (bool top_rd : {false, true}) {
-      if (top_rd && !rd_serves(h.stages.back().owners)) continue;
+    // The whole-range top: rd where it can run, else the one-step exchange.
+    const Top whole = rd_serves(h.stages.back().owners) ? Top::Rd : Top::All;
+    for (Top top : {Top::Split, whole}) {
+      if (!top_whole(top, h.stages.back().owners) && top != Top::Split) continue;
       PlanFit f;
       f.choice.shape = shape;
-      f.choice.top_rd = top_rd;
+      f.choice.top = top;
       f.choice = model_stage_algos(h, *m, f.choice, kPlanSmall * static_cast<int64_t>(sizeof(float)));
       cands.push_back(f);
     }

@@ -355,7 +355,7 @@ ExecContext exec_context(const bc_comm *c, bc_dtype_t dtype, bc_op_t op, bc_memt
 Status comm_plan(bc_comm *c, CollKind kind, bool average, int64_t count, const PlanChoice &choice,
                  std::shared_ptr<const Program> *out) {
   bc_comm::PlanKey key{static_cast<int>(kind), average, count, static_cast<int>(choice.shape),
-                       plan_choice_algo_key(choice), choice.top_rd};
+                       plan_choice_algo_key(choice), static_cast<int>(choice.top)};
   for (auto it = c->plans.begin(); it != c->plans.end(); ++it) {
     if (it->first == key) {
       c->plans.splice(c->plans.end(), c->plans, it);  // most recently used last
@@ -365,7 +365,7 @@ Status comm_plan(bc_comm *c, CollKind kind, bool average, int64_t count, const P
   }
   std::shared_ptr<Program> prog(new Program);
   BC_CHECK(build_program(hierarchy_for(c, choice.shape), c->rank, kind, count, choice.algo, average, prog.get(),
-                         choice.top_rd, &choice.stage_algos));
+                         choice.top, &choice.stage_algos));
   if (log_enabled(LogLevel::Debug, LogSys::Plan))
     BC_DEBUGLOG(Plan, "rank %d %s", c->rank, describe_program(*prog, 1).c_str());
   const size_t max_plans = static_cast<size_t>(c->params.get_int(ParamId::MaxPlanCache));

@@ -61,7 +61,7 @@ struct bc_comm {
   bc_memtype_t cur_mem = BC_MEM_HOST;  // of the collective being started
 
   // Plans by (collective, average?, count, shape, algorithms, top rd?), least recently used first.
-  using PlanKey = std::tuple<int, bool, int64_t, int, uint64_t, bool>;
+  using PlanKey = std::tuple<int, bool, int64_t, int, uint64_t, int>;
   // Shared: an operation in flight keeps its plans alive if the cache drops them.
   std::list<std::pair<PlanKey, std::shared_ptr<const bc::Program>>> plans;
   int inflight = 0;  // non-blocking operations not yet completed (by bc_test/bc_wait)

@@ -25,7 +25,7 @@ const CostFit *cheapest_step(const CostModel &m, int level) {
 // An algorithm's name in the model file: algo_name's, "rd" included (which
 // algo_parse, for BC_ALGO, does not accept).
 bool fit_parse(const std::string &s, Algo *a) {
-  for (Algo x : {Algo::Ring, Algo::Rhd, Algo::Direct, Algo::Rd})
+  for (Algo x : {Algo::Ring, Algo::Rhd, Algo::Direct, Algo::Rd, Algo::All})
     if (s == algo_name(x)) { *a = x; return true; }
   return false;
 }
@@ -37,12 +37,26 @@ const CostFit *CostModel::find(int level, Algo a) const {
   return it == fits.end() ? nullptr : &it->second;
 }
 
-const PlanFit *CostModel::find_plan(Hierarchy::Shape shape, bool top_rd, int64_t bytes) const {
+const PlanFit *CostModel::find_plan(Hierarchy::Shape shape, Top top, int64_t bytes) const {
   if (bytes > plan_fit_max) return nullptr;
   for (const PlanFit &f : plan_fits)
-    if (f.choice.shape == shape && f.choice.top_rd == top_rd) return &f;
+    if (f.choice.shape == shape && f.choice.top == top) return &f;
   return nullptr;
 }
+
+namespace {
+// The fit that prices `a` at `level`. Calibration does not time All (one more
+// trial per level would lengthen every communicator's creation): its one step
+// sends the whole range to each other owner, as an rd step sends it to one,
+// so it borrows rd's per-step and per-byte costs, or the ring's where rd
+// cannot run (q not a power of two). A model file may give it its own line.
+const CostFit *fit_for(const CostModel &m, int level, Algo a) {
+  const CostFit *f = m.find(level, a);
+  if (!f && a == Algo::All) f = m.find(level, Algo::Rd);
+  if (!f && a == Algo::All) f = m.find(level, Algo::Ring);
+  return f;
+}
+}  // namespace
 
 StageShape stage_shape(Algo algo, int q, int m) {
   StageShape s;
@@ -59,6 +73,7 @@ StageShape stage_shape(Algo algo, int q, int m) {
       break;
     case Algo::Direct: s = {2.0, 2 * f, q >= 1}; break;
     case Algo::Rd: s = {log2i(q), log2i(q), is_power_of_two(q)}; break;
+    case Algo::All: s = {1.0, static_cast<double>(q - 1), q > 1}; break;
     default: return s;
   }
   if (m > q && q > 0) {  // the extras' fold in and result out
@@ -81,7 +96,7 @@ CostFit fit_stage(const StageShape &shape, double b0, double t0, double b1, doub
 Prediction predict(const Hierarchy &h, const CostModel &m, const PlanChoice &choice, int64_t bytes) {
   Prediction p;
   const bool one_piece = choice.chunk_bytes <= 0 || choice.chunk_bytes >= bytes;
-  if (const PlanFit *pf = one_piece ? m.find_plan(choice.shape, choice.top_rd, bytes) : nullptr) {
+  if (const PlanFit *pf = one_piece ? m.find_plan(choice.shape, choice.top, bytes) : nullptr) {
     if (pf->choice.stage_algos == choice.stage_algos) {
       p.seconds = p.fill = p.per_chunk = pf->alpha + pf->beta * static_cast<double>(bytes);
       p.stage_algos = pf->choice.stage_algos;
@@ -100,11 +115,11 @@ Prediction predict(const Hierarchy &h, const CostModel &m, const PlanChoice &cho
     const bool top = s + 1 == h.stages.size();
     Algo a = choice.algo;
     if (s < choice.stage_algos.size() && choice.stage_algos[s] != Algo::Auto) a = choice.stage_algos[s];
-    if (top && choice.top_rd && rd_serves(q)) a = Algo::Rd;
+    if (top && top_whole(choice.top, q)) a = choice.top == Top::Rd ? Algo::Rd : Algo::All;
     if (q == 1) a = Algo::Ring;  // the leader shape below the top: only the fold
     if (a == Algo::Auto) return p;  // the caller picks per stage
     const StageShape shape = stage_shape(a, q, mm);
-    const CostFit *fit = q == 1 ? cheapest_step(m, sg.level) : m.find(sg.level, a);
+    const CostFit *fit = q == 1 ? cheapest_step(m, sg.level) : fit_for(m, sg.level, a);
     if (!shape.ok || !fit) return p;
     const double byte_time = shape.bytes_per_b * b * fit->beta;
     p.fill += shape.steps * fit->alpha + byte_time;
@@ -173,8 +188,8 @@ PlanChoice model_choose(const Hierarchy &split, const Hierarchy &leader, const H
     const Hierarchy &h = shape == 0 ? split : shape == 1 ? leader : flat;
     if (shape > 0 && split.stages.size() < 2) continue;  // one level: the same plan as the split
     if (h.stages.empty()) continue;
-    for (bool top_rd : {false, true}) {
-      if (top_rd && !rd_serves(h.stages.back().owners)) continue;
+    for (Top top : {Top::Split, Top::Rd, Top::All}) {
+      if (top != Top::Split && !top_whole(top, h.stages.back().owners)) continue;
       for (int64_t chunk : kChunks) {
         if (chunk != 0 && chunk * 2 > bytes) continue;  // fewer than two chunks: no pipeline
         if (chunk == 0 ? bytes > m.max_whole : chunk > m.max_chunk) continue;  // beyond what was measured
@@ -182,11 +197,11 @@ PlanChoice model_choose(const Hierarchy &split, const Hierarchy &leader, const H
           if (chunk == 0 && depth != 1) continue;
           PlanChoice c;
           c.shape = static_cast<Hierarchy::Shape>(shape);
-          c.top_rd = top_rd;
+          c.top = top;
           c.chunk_bytes = chunk;
           c.depth = depth;
           // One piece that a timed plan covers runs with the algorithms it was timed with.
-          const PlanFit *pf = chunk == 0 ? m.find_plan(c.shape, top_rd, bytes) : nullptr;
+          const PlanFit *pf = chunk == 0 ? m.find_plan(c.shape, top, bytes) : nullptr;
           c = pf ? pf->choice : model_stage_algos(h, m, c, chunk > 0 ? chunk : bytes);
           const Prediction p = predict(h, m, c, bytes);
           if (!p.ok) continue;

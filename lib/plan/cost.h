@@ -50,7 +50,7 @@ struct CostFit {
 // (the leader shape: one rank per node crosses the network). Serves buffers up
 // to CostModel::plan_fit_max, the largest size it was timed at.
 struct PlanFit {
-  PlanChoice choice;  // shape, top_rd and stage_algos; one piece (chunk 0, depth 1)
+  PlanChoice choice;  // shape, top and stage_algos; one piece (chunk 0, depth 1)
   double alpha = 0;   // seconds
   double beta = 0;    // seconds per byte of the buffer
 };
@@ -72,7 +72,7 @@ struct CostModel {
   bool empty() const { return fits.empty(); }
   const CostFit *find(int level, Algo a) const;
   // The plan fit for a one-piece buffer of `bytes` with this shape and top, if any.
-  const PlanFit *find_plan(Hierarchy::Shape shape, bool top_rd, int64_t bytes) const;
+  const PlanFit *find_plan(Hierarchy::Shape shape, Top top, int64_t bytes) const;
 };
 
 // Steps and bytes (as a multiple of the stage's input B) of one stage's RS+AG

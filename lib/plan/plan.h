@@ -23,10 +23,11 @@
 
 namespace bc {
 
-// Rd (recursive doubling) is an all-reduce of the top stage as a whole, RS and
-// AG in one: log2(q) exchanges of the full range; BC_ALGO cannot force it per
-// stage (see build_program's top_allreduce).
-enum class Algo : uint8_t { Auto = 0, Ring, Rhd, Direct, Rd };
+// Rd and All are all-reduces of the top stage as a whole, RS and AG in one
+// (see Top): Rd (recursive doubling) in log2(q) exchanges of the full range
+// with one partner, All in one step that sends the full range to each of the
+// q-1 others; BC_ALGO cannot force them per stage.
+enum class Algo : uint8_t { Auto = 0, Ring, Rhd, Direct, Rd, All };
 const char *algo_name(Algo a);
 Status algo_parse(const std::string &text, Algo *out);
 
@@ -35,6 +36,15 @@ enum class CollKind : uint8_t { Allreduce = 0, ReduceScatter, Allgather };
 inline bool is_power_of_two(int q) { return q > 0 && (q & (q - 1)) == 0; }
 // Recursive doubling can run a top stage of q owners: a power of two above one.
 inline bool rd_serves(int q) { return q > 1 && is_power_of_two(q); }
+
+// How the top stage runs: reduce-scatter then all-gather (Split, BlueConnect's
+// stages), or as one whole-range all-reduce among its owners: Rd (a power of
+// two) or All (any q; one step, so latency-bound sizes pay one round trip and
+// one wait for the slowest owner instead of log2 q of them).
+enum class Top : uint8_t { Split = 0, Rd, All };
+const char *top_name(Top t);
+// Whether `t` runs a top stage of q owners whole (Split never does).
+inline bool top_whole(Top t, int q) { return t == Top::Rd ? rd_serves(q) : t == Top::All && q > 1; }
 
 struct StageGroups {
   int level = 0;   // 1-based topology level
@@ -89,6 +99,10 @@ struct Step {
   Combine combine = Combine::Copy;
   std::vector<Xfer> sends;
   std::vector<Xfer> recvs;  // Reduce: received into scratch, reduced in this order
+  // Reduce with every recv over the same range: > 0 places my own contribution
+  // at this position of the recvs' order (a step that combines a whole group's
+  // copies, in member order, so that every member computes the same bits).
+  int self_order = 0;
   bool finish_avg = false;  // after the step: divide `avg_range` by the size
   Range avg_range;
 };
@@ -132,14 +146,14 @@ extern const AlgoImpl kAlgoDirect;
 // that cannot serve a group fails with BC_ERR_NOT_SUPPORTED.
 // ReduceScatter: count = p * recvcount (equal blocks, rank order).
 // Allgather: count = p * sendcount.
-// top_allreduce: for an all-reduce whose top stage has a power-of-two number of
-// owners, run that stage as recursive doubling (every owner ends with the whole
-// range) instead of RS + AG: half the steps, for small messages. Both partners
-// of an exchange combine the same two values, so every rank still gets the
-// same bits. Ignored (the split runs) when the top group is not a power of two.
+// top: for an all-reduce, Rd or All run the top stage whole (every owner ends
+// with the whole range) instead of RS + AG: fewer steps, for small messages.
+// Rd's partners combine the same two values and All's owners combine all q
+// copies in owner order, so every rank still gets the same bits. Ignored (the
+// split runs) where top_whole() says the top group cannot run it.
 // stage_algos: an algorithm per stage, overriding `algo` where not Auto.
 Status build_program(const Hierarchy &h, int rank, CollKind kind, int64_t count, Algo algo,
-                     bool average, Program *out, bool top_allreduce = false,
+                     bool average, Program *out, Top top = Top::Split,
                      const std::vector<Algo> *stage_algos = nullptr);
 
 std::string describe_program(const Program &p, size_t elem_size);

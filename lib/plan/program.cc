@@ -52,7 +52,7 @@ struct Builder {
   const std::vector<Algo> *stage_algos = nullptr;  // per stage, overriding `algo` where not Auto
   int last_stage = -1;  // the last stage this rank takes part in
   bool extra_at_last = false;
-  bool top_rd = false;    // asked for recursive doubling at the top stage
+  Top top = Top::Split;   // asked for the top stage whole (an all-reduce)
   bool top_full = false;  // ... and it applies: the top owners hold the whole range
 
   // Recursive doubling among the top stage's owners (a power of two).
@@ -69,6 +69,23 @@ struct Builder {
       prog->steps.push_back(std::move(st));
     }
     prog->stage_algos[s] = Algo::Rd;
+  }
+
+  // One step among the top stage's owners: each sends its whole range to every
+  // other and combines the q copies in owner order (Step::self_order).
+  void exchange_all(int s, const std::vector<int> &owners, int me, const Range &range) {
+    Step st;
+    st.tag = tag_base(s, 0) + 1;
+    st.stage = s;
+    st.combine = Combine::Reduce;
+    for (int j = 0; j < static_cast<int>(owners.size()); ++j) {
+      if (j == me) continue;
+      add_send(&st, owners[j], range);
+      add_recv(&st, owners[j], range);
+    }
+    st.self_order = range.count > 0 ? me : 0;
+    prog->steps.push_back(std::move(st));
+    prog->stage_algos[s] = Algo::All;
   }
 
   // My group at stage s: the owners' ranks, my index, the range.
@@ -131,9 +148,10 @@ struct Builder {
         prog->steps.push_back(std::move(st));
       }
       const bool top = s + 1 == static_cast<int>(h.stages.size());
-      if (top && top_rd && rd_serves(q)) {
+      if (top && top_whole(this->top, q)) {
         top_full = true;
-        recursive_doubling(s, owners, me, range);
+        if (this->top == Top::Rd) recursive_doubling(s, owners, me, range);
+        else exchange_all(s, owners, me, range);
         continue;
       }
       BC_CHECK(run_algo(s, 0, owners, me, range));
@@ -196,8 +214,11 @@ struct Builder {
 
 }  // namespace
 
+const char *top_name(Top t) { return t == Top::Rd ? "rd" : t == Top::All ? "all" : "split"; }
+
 const char *algo_name(Algo a) {
   if (a == Algo::Rd) return "rd";
+  if (a == Algo::All) return "all";
   const AlgoImpl *impl = algo_impl(a);
   return impl ? impl->name : "auto";
 }
@@ -209,7 +230,7 @@ Status algo_parse(const std::string &text, Algo *out) {
 }
 
 Status build_program(const Hierarchy &h, int rank, CollKind kind, int64_t count, Algo algo,
-                     bool average, Program *out, bool top_allreduce, const std::vector<Algo> *stage_algos) {
+                     bool average, Program *out, Top top, const std::vector<Algo> *stage_algos) {
   if (rank < 0 || rank >= h.nranks || count < 0)
     return BC_FAIL(BC_ERR_INVALID_ARG, "build_program: rank %d of %d, count %lld", rank, h.nranks,
                    static_cast<long long>(count));
@@ -219,7 +240,7 @@ Status build_program(const Hierarchy &h, int rank, CollKind kind, int64_t count,
   prog.stage_algos.assign(h.stages.size(), Algo::Auto);
   Builder b{h, rank, count, algo, &prog};
   b.stage_algos = stage_algos;
-  b.top_rd = top_allreduce && kind == CollKind::Allreduce;
+  b.top = kind == CollKind::Allreduce ? top : Top::Split;
   const int p = h.nranks;
   std::vector<Range> owned(p), rank_order(p);
   for (int r = 0; r < p; ++r) {

@@ -67,9 +67,10 @@ Status plan_rules_parse(const std::string &text, std::vector<PlanRule> *out) {
         else rule.choice.stage_algos = algos;
         rule.has_algo = true;
       } else if (key == "top") {
-        if (value == "rd") rule.choice.top_rd = true;
-        else if (value == "split") rule.choice.top_rd = false;
-        else return bad(text, "top '" + value + "' is not rd or split");
+        if (value == "rd") rule.choice.top = Top::Rd;
+        else if (value == "all") rule.choice.top = Top::All;
+        else if (value == "split") rule.choice.top = Top::Split;
+        else return bad(text, "top '" + value + "' is not rd, all or split");
         rule.has_top = true;
       } else if (key == "chunk") {
         // The same limits as BC_CHUNK and BC_PIPELINE_DEPTH, from the registry.
@@ -103,7 +104,7 @@ PlanChoice plan_choose(const std::vector<PlanRule> &rules, int64_t bytes, const 
       c.algo = r.choice.algo;
       c.stage_algos = r.choice.stage_algos;
     }
-    if (r.has_top) c.top_rd = r.choice.top_rd;
+    if (r.has_top) c.top = r.choice.top;
     if (r.has_chunk) c.chunk_bytes = r.choice.chunk_bytes;
     if (r.has_depth) c.depth = r.choice.depth;
     return c;
@@ -117,7 +118,7 @@ std::string plan_choice_describe(const PlanChoice &c) {
   if (c.stage_algos.empty()) os << algo_name(c.algo);
   for (size_t s = 0; s < c.stage_algos.size(); ++s)
     os << (s ? "/" : "") << algo_name(c.stage_algos[s] == Algo::Auto ? c.algo : c.stage_algos[s]);
-  os << ",top=" << (c.top_rd ? "rd" : "split") << ",chunk=" << c.chunk_bytes << ",depth=" << c.depth;
+  os << ",top=" << top_name(c.top) << ",chunk=" << c.chunk_bytes << ",depth=" << c.depth;
   return os.str();
 }
 

@@ -7,8 +7,9 @@
 //   shape=split|leader|flat  BlueConnect's split, reduce to node leaders
 //                        (small), or all ranks as one level
 //   algo=auto|ring|rhd|direct, or one per stage: algo=rhd/ring (stage 1 first)
-//   top=rd|split         the top stage as one recursive-doubling all-reduce (rd)
-//                        or as RS + AG (split); rd needs a power-of-two top group
+//   top=rd|all|split     the top stage as one whole-range all-reduce: recursive
+//                        doubling (rd, a power-of-two top group) or one step to
+//                        all (all, any group); or as RS + AG (split)
 //   chunk=BYTES          pipelining chunk (0 = none), in BC_CHUNK's range
 //   depth=N              chunks in flight, in BC_PIPELINE_DEPTH's range
 // (the ranges are the registry's, lib/core/params.cc: the same rule as the
@@ -29,7 +30,7 @@ struct PlanChoice {
   Hierarchy::Shape shape = Hierarchy::Shape::Split;
   Algo algo = Algo::Auto;
   std::vector<Algo> stage_algos;  // per stage, overriding `algo` where not Auto
-  bool top_rd = false;
+  Top top = Top::Split;
   int64_t chunk_bytes = 0;
   int depth = 1;
 };

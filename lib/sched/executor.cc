@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "core/log.h"
+#include "cuda/cuda_rt.h"
 #include "reduce/reduce.h"
 
 namespace bc {
@@ -106,17 +107,41 @@ Status Execution::post_step() {
   return BC_OK;
 }
 
+// x_0 op x_1 op ... op x_(q-1) in member order, mine at st.self_order: the
+// first copy received accumulates (in scratch), mine joins at its place, and
+// the sum is copied into work. Every member gets the same bits whatever its
+// position (the ops are commutative, so acc op mine == mine op acc).
+Status Execution::reduce_in_member_order(const Step &st) {
+  const Range r = st.recvs.front().range;
+  if (!untouched_.empty()) materialize(r);
+  const size_t bytes = static_cast<size_t>(r.count) * elem_;
+  unsigned char *acc = scratch_;
+  unsigned char *mine = work_ + r.offset * elem_;
+  for (size_t k = 1; k <= st.recvs.size(); ++k) {
+    const unsigned char *next = k == static_cast<size_t>(st.self_order) ? mine
+                                : scratch_ + (k < static_cast<size_t>(st.self_order) ? k : k - 1) * bytes;
+    BC_CHECK(reduce_into(acc, next, r.count, ctx_.dtype, ctx_.op, ctx_.mem));
+  }
+  if (ctx_.mem == BC_MEM_CUDA) return cuda_copy(mine, acc, bytes);
+  std::memcpy(mine, acc, bytes);
+  return BC_OK;
+}
+
 Status Execution::finish_step() {
   const Step &st = prog_.steps[step_];
   if (st.combine == Combine::Reduce) {
     // In the order the plan lists them: a fixed order, so every run and every
     // rank combines each element the same way.
-    int64_t scratch_off = 0;
-    for (const Xfer &x : st.recvs) {
-      if (!untouched_.empty()) materialize(x.range);
-      BC_CHECK(reduce_into(work_ + x.range.offset * elem_, scratch_ + scratch_off * elem_, x.range.count,
-                           ctx_.dtype, ctx_.op, ctx_.mem));
-      scratch_off += x.range.count;
+    if (st.self_order > 0) {
+      BC_CHECK(reduce_in_member_order(st));
+    } else {
+      int64_t scratch_off = 0;
+      for (const Xfer &x : st.recvs) {
+        if (!untouched_.empty()) materialize(x.range);
+        BC_CHECK(reduce_into(work_ + x.range.offset * elem_, scratch_ + scratch_off * elem_, x.range.count,
+                             ctx_.dtype, ctx_.op, ctx_.mem));
+        scratch_off += x.range.count;
+      }
     }
   }
   if (st.finish_avg && !untouched_.empty()) materialize(st.avg_range);

@@ -55,6 +55,7 @@ class Execution {
  private:
   Status post_step();
   Status finish_step();
+  Status reduce_in_member_order(const Step &st);
   // Lazy input: the ranges of `work` that still lack their input.
   bool untouched(const Range &r) const;       // all of r lacks it
   void materialize(const Range &r);           // copy what r lacks from the input

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <memory>
 
@@ -117,7 +118,9 @@ TEST_CASE("non-blocking all-reduce: several in flight, completed by test and wai
 TEST_CASE("BC_PLAN: leader shape for small buffers, split and chunks for large", "[plan][pipeline]") {
   const int p = world_size(), r = world_rank();
   std::vector<std::string> lays = {"BC_PLAN=-4K:shape=leader,algo=direct|4K-:chunk=4K,depth=3",
-                                   "BC_PLAN=-:top=rd", "BC_PLAN=-8K:shape=leader,top=rd|8K-:top=rd,chunk=4K"};
+                                   "BC_PLAN=-:top=rd", "BC_PLAN=-8K:shape=leader,top=rd|8K-:top=rd,chunk=4K",
+                                   "BC_PLAN=-:top=all", "BC_PLAN=-:shape=flat,top=all",
+                                   "BC_PLAN=-8K:shape=leader,top=all|8K-:top=all,chunk=4K"};
   if (p >= 3) lays.push_back("BC_TOPO=1," + std::to_string(p - 1) + ";BC_PLAN=-:shape=leader");
   // rhd needs a power-of-two number of leaders (p/2 of them here).
   if (p >= 4 && p % 2 == 0)
@@ -146,6 +149,37 @@ TEST_CASE("BC_PLAN: leader shape for small buffers, split and chunks for large",
   REQUIRE(bc_comm_create_with(MPI_COMM_WORLD, "BC_CHUNK=1", &comm) == BC_ERR_PARAM);
   REQUIRE(bc_comm_create_with(MPI_COMM_WORLD, "BC_PIPELINE_DEPTH=0", &comm) == BC_ERR_PARAM);
   REQUIRE(comm == nullptr);
+}
+
+TEST_CASE("every rank gets the same bits, whatever the top stage", "[plan][pipeline]") {
+  // Float sums of values that round differently in every order: the ranks
+  // must still agree bit for bit. Flat top=all combines in rank order, so it
+  // must equal that sum exactly.
+  const int p = world_size(), r = world_rank();
+  const int64_t n = 1000;
+  for (const char *plan : {"BC_PLAN=-:shape=flat,top=all", "BC_PLAN=-:top=all", "BC_PLAN=-:top=rd",
+                           "BC_PLAN=-:top=split", "BC_PLAN=-:shape=leader,top=all"}) {
+    bc_comm_t comm = nullptr;
+    INFO(plan << ": " << bc_last_error());
+    REQUIRE(everywhere(bc_comm_create_with(MPI_COMM_WORLD, plan, &comm) == BC_OK));
+    auto value = [](int rank, int64_t i) { return 0.1f * static_cast<float>(rank + 1) + 1.3e-3f * static_cast<float>(i % 97); };
+    std::vector<float> buf(n);
+    for (int64_t i = 0; i < n; ++i) buf[i] = value(r, i);
+    REQUIRE(everywhere(bc_allreduce(BC_IN_PLACE, buf.data(), n, BC_FLOAT32, BC_SUM, comm) == BC_OK));
+    std::vector<float> first(buf);
+    MPI_Bcast(first.data(), static_cast<int>(n), MPI_FLOAT, 0, MPI_COMM_WORLD);
+    REQUIRE(everywhere(std::memcmp(first.data(), buf.data(), n * sizeof(float)) == 0));
+    if (std::strstr(plan, "shape=flat,top=all")) {
+      bool in_order = true;
+      for (int64_t i = 0; i < n; ++i) {
+        float want = value(0, i);
+        for (int k = 1; k < p; ++k) want += value(k, i);
+        in_order = in_order && std::memcmp(&want, &buf[i], sizeof want) == 0;
+      }
+      REQUIRE(everywhere(in_order));
+    }
+    REQUIRE(bc_comm_destroy(&comm) == BC_OK);
+  }
 }
 
 namespace {

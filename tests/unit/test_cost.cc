@@ -109,11 +109,11 @@ TEST_CASE("model_choose: latency plan when small, pipelined split when large", "
   PlanChoice small = model_choose(split, leader, flat, m, 4096, &p);
   REQUIRE(p.ok);
   // Slow steps across nodes: recursive doubling at the top (2 steps, not 6).
-  REQUIRE(small.top_rd);
+  REQUIRE(small.top != Top::Split);
   REQUIRE(small.chunk_bytes == 0);
   PlanChoice large = model_choose(split, leader, flat, m, 64 << 20, &p);
   REQUIRE(large.shape == Hierarchy::Shape::Split);
-  REQUIRE_FALSE(large.top_rd);  // rd sends the whole range log2 q times
+  REQUIRE(large.top == Top::Split);  // rd sends the whole range log2 q times
   REQUIRE(large.chunk_bytes > 0);
   REQUIRE(large.depth > 1);
   // Above max_whole (256 KiB) the buffer is always pipelined; at or below it may not be.
@@ -134,19 +134,33 @@ TEST_CASE("model_choose: latency plan when small, pipelined split when large", "
   }
 }
 
-TEST_CASE("model_choose: flat recursive doubling when every step costs the same", "[cost]") {
+TEST_CASE("model_choose: a flat whole-range plan when every step costs the same", "[cost]") {
   const Hierarchy split = hier("2x4", 8), leader = hier("2x4", 8, Hierarchy::Shape::Leader);
   const Hierarchy flat = hier("2x4", 8, Hierarchy::Shape::Flat);
   REQUIRE(flat.stages.size() == 1);
   REQUIRE(flat.stages[0].level == 0);
   REQUIRE(flat.stages[0].owners == 8);
   // Steps inside the node cost as much as across (a small, loaded machine):
-  // flat rd takes 3 steps, the hierarchy 2 + 2.
+  // a tiny buffer goes flat in one step (all), not 2 + 1 steps through the
+  // hierarchy nor 3 of flat rd.
   CostModel m = two_levels(300e-6, 1e-9, 300e-6, 30e-9);
   for (Algo a : {Algo::Ring, Algo::Rhd, Algo::Rd}) m.fits[{0, a}] = {300e-6, 30e-9};
-  PlanChoice c = model_choose(split, leader, flat, m, 4096);
+  Prediction pr;
+  PlanChoice c = model_choose(split, leader, flat, m, 64, &pr);
+  INFO(plan_choice_describe(c) << " " << pr.seconds);
   REQUIRE(c.shape == Hierarchy::Shape::Flat);
-  REQUIRE(c.top_rd);
+  REQUIRE(c.top == Top::All);
+  // At 4 KiB all's 7 copies of the buffer cost more than the split's first
+  // step saves: the split with the one-step top (2 + 1 steps, 1.09 ms) beats
+  // flat all (1.16 ms) and flat rd (1.27 ms).
+  c = model_choose(split, leader, flat, m, 4096, &pr);
+  REQUIRE(c.shape == Hierarchy::Shape::Split);
+  REQUIRE(c.top == Top::All);
+  PlanChoice flat_rd;
+  flat_rd.shape = Hierarchy::Shape::Flat;
+  flat_rd.top = Top::Rd;
+  flat_rd.stage_algos = {Algo::Rd};
+  REQUIRE(pr.seconds < predict(flat, m, flat_rd, 4096).seconds);
   // Large buffers still take the split: the flat plan moves everything over the slow level.
   c = model_choose(split, leader, flat, m, 16 << 20);
   REQUIRE(c.shape == Hierarchy::Shape::Split);
@@ -226,7 +240,7 @@ TEST_CASE("plan fits decide one-piece buffers up to the size they were timed at"
   auto timed = [&](const Hierarchy &h, Hierarchy::Shape shape, double alpha, double beta) {
     PlanFit f;
     f.choice.shape = shape;
-    f.choice.top_rd = true;
+    f.choice.top = Top::Rd;
     f.choice = model_stage_algos(h, m, f.choice, 4096);
     f.alpha = alpha;
     f.beta = beta;
@@ -238,7 +252,7 @@ TEST_CASE("plan fits decide one-piece buffers up to the size they were timed at"
   Prediction p;
   const PlanChoice small = model_choose(split, leader, flat, m, 4096, &p);
   REQUIRE(small.shape == Hierarchy::Shape::Leader);
-  REQUIRE(small.top_rd);
+  REQUIRE(small.top != Top::Split);
   REQUIRE(small.chunk_bytes == 0);
   REQUIRE(small.stage_algos == m.plan_fits[1].choice.stage_algos);
   REQUIRE(p.timed_plan);
@@ -267,7 +281,7 @@ TEST_CASE("plan fits decide one-piece buffers up to the size they were timed at"
   REQUIRE(back.plan_fits.size() == 2);
   for (size_t i = 0; i < 2; ++i) {
     REQUIRE(back.plan_fits[i].choice.shape == m.plan_fits[i].choice.shape);
-    REQUIRE(back.plan_fits[i].choice.top_rd == m.plan_fits[i].choice.top_rd);
+    REQUIRE(back.plan_fits[i].choice.top == m.plan_fits[i].choice.top);
     REQUIRE(back.plan_fits[i].choice.stage_algos == m.plan_fits[i].choice.stage_algos);
     REQUIRE(back.plan_fits[i].alpha == Approx(m.plan_fits[i].alpha).epsilon(1e-8));
     REQUIRE(back.plan_fits[i].beta == Approx(m.plan_fits[i].beta).epsilon(1e-8));
@@ -297,6 +311,6 @@ TEST_CASE("BC_PLAN rules take one algorithm per stage", "[cost][rules]") {
   const Hierarchy h = Hierarchy::build(t);
   Program prog;
   const std::vector<Algo> rhd_first{Algo::Rhd, Algo::Direct};
-  REQUIRE(build_program(h, 0, CollKind::Allreduce, 60, Algo::Auto, false, &prog, false, &rhd_first) == BC_OK);
+  REQUIRE(build_program(h, 0, CollKind::Allreduce, 60, Algo::Auto, false, &prog, Top::Split, &rhd_first) == BC_OK);
   REQUIRE(prog.stage_algos == rhd_first);
 }

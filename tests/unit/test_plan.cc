@@ -89,20 +89,20 @@ std::vector<Data> simulate(const std::vector<Program> &progs, std::vector<Data> 
 int64_t contrib(int r, int64_t i) { return (int64_t{1} << r) * (1 + i % 5); }
 
 void check_all(const Topology &topo, Algo algo, const std::vector<int64_t> &counts,
-               Hierarchy::Shape shape = Hierarchy::Shape::Split, bool top_rd = false,
+               Hierarchy::Shape shape = Hierarchy::Shape::Split, Top top = Top::Split,
                const std::vector<Algo> *stage_algos = nullptr) {
   const int p = topo.nranks;
   const Hierarchy h = Hierarchy::build(topo, shape);
   const int64_t full = (int64_t{1} << p) - 1;
   for (int64_t n : counts) {
     INFO("topology " << topo.source << " p=" << p << " count=" << n << " algo=" << algo_name(algo)
-                     << " shape=" << static_cast<int>(shape) << " top_rd=" << top_rd);
+                     << " shape=" << static_cast<int>(shape) << " top=" << top_name(top));
     for (bool avg : {false, true}) {
       // allreduce
       std::vector<Program> progs(p);
       std::vector<Data> work(p, Data(n));
       for (int r = 0; r < p; ++r) {
-        REQUIRE(build_program(h, r, CollKind::Allreduce, n, algo, avg, &progs[r], top_rd, stage_algos) == BC_OK);
+        REQUIRE(build_program(h, r, CollKind::Allreduce, n, algo, avg, &progs[r], top, stage_algos) == BC_OK);
         for (int64_t i = 0; i < n; ++i) work[r][i] = contrib(r, i);
       }
       auto out = simulate(progs, work, p);
@@ -185,9 +185,11 @@ TEST_CASE("plans give exact results on even hierarchies, every algorithm", "[pla
     }
     for (Algo a : {Algo::Auto, Algo::Ring, Algo::Direct}) check_all(t, a, counts_for(p));
     check_all(t, Algo::Auto, counts_for(p), Hierarchy::Shape::Leader);
-    check_all(t, Algo::Auto, counts_for(p), Hierarchy::Shape::Leader, true);
-    check_all(t, Algo::Ring, counts_for(p), Hierarchy::Shape::Split, true);
-    check_all(t, Algo::Auto, counts_for(p), Hierarchy::Shape::Flat, true);
+    for (Top top : {Top::Rd, Top::All}) {
+      check_all(t, Algo::Auto, counts_for(p), Hierarchy::Shape::Leader, top);
+      check_all(t, Algo::Ring, counts_for(p), Hierarchy::Shape::Split, top);
+      check_all(t, Algo::Auto, counts_for(p), Hierarchy::Shape::Flat, top);
+    }
     check_all(t, Algo::Rhd, counts_for(p), Hierarchy::Shape::Flat);
   }
 }
@@ -240,8 +242,11 @@ TEST_CASE("plans give exact results on uneven hierarchies", "[plan]") {
     REQUIRE(t.uneven());
     for (Algo a : {Algo::Auto, Algo::Ring, Algo::Direct}) check_all(t, a, counts_for(c.p));
     check_all(t, Algo::Direct, counts_for(c.p), Hierarchy::Shape::Leader);
-    check_all(t, Algo::Direct, counts_for(c.p), Hierarchy::Shape::Leader, true);
-    check_all(t, Algo::Auto, counts_for(c.p), Hierarchy::Shape::Split, true);
+    for (Top top : {Top::Rd, Top::All}) {
+      check_all(t, Algo::Direct, counts_for(c.p), Hierarchy::Shape::Leader, top);
+      check_all(t, Algo::Auto, counts_for(c.p), Hierarchy::Shape::Split, top);
+      check_all(t, Algo::Auto, counts_for(c.p), Hierarchy::Shape::Flat, top);
+    }
   }
 }
 
@@ -251,15 +256,39 @@ TEST_CASE("recursive doubling at the top: log2 steps, whole range everywhere", "
   Hierarchy h = Hierarchy::build(t, Hierarchy::Shape::Leader);
   Program prog;
   // Leader 2: fold in rank 3, 2 doubling steps across the 4 leaders, send back.
-  REQUIRE(build_program(h, 2, CollKind::Allreduce, 100, Algo::Auto, false, &prog, true) == BC_OK);
+  REQUIRE(build_program(h, 2, CollKind::Allreduce, 100, Algo::Auto, false, &prog, Top::Rd) == BC_OK);
   REQUIRE(prog.steps.size() == 4);
   REQUIRE(prog.stage_algos.back() == Algo::Rd);
   REQUIRE(prog.steps[1].sends[0].range.count == 100);
   // A top group of 3 is not a power of two: the split runs instead.
   REQUIRE(topo_parse("2x3", 6, &t) == BC_OK);
   h = Hierarchy::build(t, Hierarchy::Shape::Leader);
-  REQUIRE(build_program(h, 0, CollKind::Allreduce, 100, Algo::Auto, false, &prog, true) == BC_OK);
+  REQUIRE(build_program(h, 0, CollKind::Allreduce, 100, Algo::Auto, false, &prog, Top::Rd) == BC_OK);
   REQUIRE(prog.stage_algos.back() == Algo::Ring);
+}
+
+TEST_CASE("the one-step exchange at the top: any group, whole range, owner order", "[plan]") {
+  Topology t;
+  REQUIRE(topo_parse("2x3", 6, &t) == BC_OK);  // 3 leaders: rd cannot run, all can
+  Hierarchy h = Hierarchy::build(t, Hierarchy::Shape::Leader);
+  Program prog;
+  // Leader 2 (rank 2, owner index 1): fold in rank 3, one step with the other two leaders, send back.
+  REQUIRE(build_program(h, 2, CollKind::Allreduce, 100, Algo::Auto, false, &prog, Top::All) == BC_OK);
+  REQUIRE(prog.steps.size() == 3);
+  REQUIRE(prog.stage_algos.back() == Algo::All);
+  const Step &x = prog.steps[1];
+  REQUIRE(x.sends.size() == 2);
+  REQUIRE(x.recvs.size() == 2);
+  REQUIRE(x.recvs[0].peer == 0);  // owners in order, mine left out ...
+  REQUIRE(x.recvs[1].peer == 4);
+  REQUIRE(x.self_order == 1);     // ... and placed between them
+  REQUIRE(x.recvs[0].range.count == 100);
+  // Owner 0 combines in plain order.
+  REQUIRE(build_program(h, 0, CollKind::Allreduce, 100, Algo::Auto, false, &prog, Top::All) == BC_OK);
+  REQUIRE(prog.steps[1].self_order == 0);
+  // Not for reduce_scatter: its top splits.
+  REQUIRE(build_program(h, 0, CollKind::ReduceScatter, 96, Algo::Auto, false, &prog, Top::All) == BC_OK);
+  REQUIRE(prog.stage_algos.back() != Algo::All);
 }
 
 TEST_CASE("the leader shape: one owner per node, only leaders cross nodes", "[plan]") {
@@ -341,7 +370,7 @@ TEST_CASE("BC_PLAN rules: syntax, first match wins, unset settings keep the base
   PlanChoice c = plan_choose(rules, 100, base);
   REQUIRE(c.shape == Hierarchy::Shape::Leader);
   REQUIRE(c.algo == Algo::Direct);
-  REQUIRE(c.top_rd);
+  REQUIRE(c.top == Top::Rd);
   REQUIRE(c.chunk_bytes == 4 << 20);
   c = plan_choose(rules, 32 * 1024, base);
   REQUIRE(c.shape == Hierarchy::Shape::Split);
@@ -422,7 +451,7 @@ TEST_CASE("plans the cost model chooses give exact results", "[plan][cost]") {
       INFO(c.spec << " " << bytes << " bytes: " << plan_choice_describe(choice));
       // The simulator runs one chunk's plan: the chunk's element count and a few around it.
       const int64_t elems = std::min<int64_t>(choice.chunk_bytes > 0 ? choice.chunk_bytes : bytes, 4096) / 4;
-      check_all(t, choice.algo, {elems, elems + 1, c.p + 1}, choice.shape, choice.top_rd, &choice.stage_algos);
+      check_all(t, choice.algo, {elems, elems + 1, c.p + 1}, choice.shape, choice.top, &choice.stage_algos);
     }
   }
 }
