@@ -100,7 +100,7 @@ const ParamDef kParamDefs[] = {
      "scratch buffer and posted messages; beyond 1024 that costs more than it overlaps."},
     {ParamId::Plan, "BC_PLAN", ParamType::String, "-32K:shape=leader,top=rd", nullptr, kParamAnyRange,
      "Plan per message size, overriding the built-in choice: '|'-separated rules "
-     "'MIN-MAX:shape=split|leader|flat,algo=auto|ring|rhd|direct[/...],top=rd|split,chunk=BYTES,depth=N' (bytes of the "
+     "'MIN-MAX:shape=split|leader|flat,algo=auto|ring|rhd|direct[/...],top=rd|all|split,chunk=BYTES,depth=N' (bytes of the "
      "whole buffer, MAX excluded, either side optional; first match wins), e.g. "
      "'-32K:shape=leader,algo=direct|32K-:chunk=4M'. Unset settings come from BC_ALGO, BC_CHUNK, "
      "BC_PIPELINE_DEPTH. The default sends buffers under 32 KiB through node leaders and recursive "
