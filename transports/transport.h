@@ -56,6 +56,9 @@ class Transport {
   virtual Status test(TransportRequest *req, bool *done) = 0;
   // Abandons a request after a failure or timeout (best effort).
   virtual void cancel(TransportRequest *req) = 0;
+  // The liveness checks (sched/liveness.h) found `peer` dead: cancel() need
+  // not give its requests time to finish, since nobody will ever answer them.
+  virtual void peer_died(int peer) { (void)peer; }
   // Idle waiting: a transport that can sleep until its network has something
   // for it says so here; idle_wait(ms) then sleeps at most ms (returns at once
   // when there is work). The waiter calls it instead of sched_yield when every

@@ -10,6 +10,7 @@
 #include "core/log.h"
 #include "reduce/reduce.h"
 #include "core/blocks.h"
+#include "sched/liveness.h"
 #include "sched/operation.h"
 #include "topo/detect.h"
 
@@ -141,6 +142,7 @@ Status comm_setup(bc_comm *c) {
   const auto t1 = std::chrono::steady_clock::now();
   BC_CHECK(agree(c->mpi, select_transports(c), "transport selection"));
   const double transports_ms = ms_since(t1);
+  BC_CHECK(agree(c->mpi, Liveness::create(transport_setup(c), &c->liveness), "liveness setup"));
   if (c->rank == 0 && log_enabled(LogLevel::Info, LogSys::Plan))
     BC_INFO(Plan, "%s", c->hier.describe(c->size * 1024, 4).c_str());
   const auto t2 = std::chrono::steady_clock::now();
@@ -276,6 +278,8 @@ Status comm_destroy(bc_comm *comm) {
   comm->dev_pool.clear();
   comm->host_pool.clear();
   comm->transports.clear();
+  comm->liveness.reset();  // after the transports: peers still waiting see a goodbye, not a death
+  // Local in Open MPI 4.1 (no synchronisation): safe after a peer died.
   const int rc = comm->mpi != MPI_COMM_NULL ? MPI_Comm_free(&comm->mpi) : MPI_SUCCESS;
   delete comm;
   BC_MPI_CHECK(rc);
@@ -339,6 +343,7 @@ ExecContext exec_context(const bc_comm *c, bc_dtype_t dtype, bc_op_t op, bc_memt
   ctx.nranks = c->size;
   ctx.timeout_ms = c->params.get_int(ParamId::Timeout);
   ctx.spin_count = c->params.get_int(ParamId::SpinCount);  // at least 1: the registry's range
+  ctx.liveness = c->liveness.get();
   // Sleeping on one transport's event fd is only safe when every peer uses it.
   for (int r = 0; r < c->size && !dev; ++r) {
     if (r == c->rank) continue;
@@ -388,7 +393,9 @@ Status start(bc_comm *c, const CollArgs &a, CommLock *lock, std::unique_ptr<Oper
   BC_CHECK(comm_check(c));
   lock->take(c);
   if (c->broken)
-    return BC_FAIL(BC_ERR_INVALID_COMM, "the communicator is broken by an earlier failure; destroy it");
+    return BC_FAIL(c->broken_by == BC_ERR_PEER_DEAD ? BC_ERR_PEER_DEAD : BC_ERR_INVALID_COMM,
+                   "the communicator is broken by an earlier failure (%s: %s); destroy it", bc_strerror(c->broken_by),
+                   c->broken_why.c_str());
   if (a.count < 0)
     return BC_FAIL(BC_ERR_INVALID_ARG, "count is negative (%lld)", static_cast<long long>(a.count));
   if (!dtype_is_valid(a.dtype)) return BC_FAIL(BC_ERR_INVALID_ARG, "unknown dtype %d", static_cast<int>(a.dtype));
@@ -478,7 +485,16 @@ Status start(bc_comm *c, const CollArgs &a, CommLock *lock, std::unique_ptr<Oper
 }  // namespace
 
 void comm_mark_broken_on(bc_comm *c, Status st) {
-  if (st == BC_ERR_TIMEOUT || st == BC_ERR_TRANSPORT || st == BC_ERR_MPI) c->broken = true;
+  if (c->broken || !(st == BC_ERR_TIMEOUT || st == BC_ERR_TRANSPORT || st == BC_ERR_MPI || st == BC_ERR_PEER_DEAD))
+    return;
+  c->broken = true;
+  c->broken_by = st;
+  // The first line of the message, without its "code: " head and the trail.
+  std::string why = last_error();
+  const std::string head = std::string(bc_strerror(st)) + ": ";
+  if (why.compare(0, head.size(), head) == 0) why.erase(0, head.size());
+  const size_t cut = why.find(" (at ");
+  c->broken_why = why.substr(0, std::min(cut, why.find('\n')));
 }
 
 Status comm_run(bc_comm *c, const CollArgs &a) {

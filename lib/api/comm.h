@@ -22,6 +22,7 @@
 #include "transports/transport.h"
 
 namespace bc {
+class Liveness;
 class Operation;
 class ProgressThread;
 }  // namespace bc
@@ -45,7 +46,12 @@ struct bc_comm {
   std::vector<std::unique_ptr<bc::Transport>> transports;
   std::vector<bc::Transport *> peer_transport;  // per rank
   uint32_t seq = 0;
-  bool broken = false;  // after a timeout or transport failure: refuse further calls
+  bool broken = false;  // after a timeout, a dead peer or a transport failure: refuse further calls
+  bc::Status broken_by = BC_OK;  // the failure that broke it
+  std::string broken_why;        // its message, for the refusals that follow
+  // Peer checks while a collective waits (sched/liveness.h); set up after the
+  // transports, closed after them (its goodbyes tell peers this rank left).
+  std::unique_ptr<bc::Liveness> liveness;
   std::vector<double> last_stage_seconds;
   // Host scratch and reduce-scatter work buffers, kept across collectives
   // (cuda/cuda_rt.h says why), freed at destroy.

@@ -9,6 +9,7 @@
 
 #include "core/log.h"
 #include "cuda/cuda_rt.h"
+#include "sched/liveness.h"
 
 namespace bc {
 
@@ -71,8 +72,8 @@ void ProgressThread::finish(size_t index, Status st) {
     const size_t n = std::strlen(head);
     if (std::strncmp(msg, head, n) == 0 && std::strncmp(msg + n, ": ", 2) == 0) msg += n + 2;
     req->error = msg;
+    comm_mark_broken_on(comm_, st);  // before clear_error: it keeps the message
     clear_error();
-    comm_mark_broken_on(comm_, st);
   }
   req->status = st;
   req->op.reset();  // cancels what is left, gives device scratch back to the pool
@@ -99,10 +100,19 @@ bool ProgressThread::pass(bool check_timeouts) {
         st = cuda_set_device(a.req->device);
         if (st == BC_OK) device_ = a.req->device;
       }
-      if (st == BC_OK) st = a.req->op->progress(&done);
+      if (st == BC_OK) {
+        st = a.req->op->progress(&done);
+        if (st != BC_OK) st = a.req->op->explain_failure(st);
+      }
       if (st == BC_OK && !done) {
-        if (a.idle.moved(a.req->op->completions())) moved = true;
-        else if (check_timeouts && a.idle.timed_out()) st = a.req->op->fail_timeout();
+        if (a.idle.moved(a.req->op->completions())) {
+          moved = true;
+        } else if (check_timeouts) {
+          // The same policy as Operation::wait: peers' liveness while still, then the timeout.
+          const Liveness *l = a.req->op->context().liveness;
+          if (l && l->enabled() && a.idle.liveness_due(l->interval_ms())) st = a.req->op->check_peers();
+          if (st == BC_OK && a.idle.timed_out()) st = a.req->op->fail_timeout();
+        }
       }
     } catch (const std::bad_alloc &) {
       st = BC_FAIL(BC_ERR_NO_MEMORY, "progress thread: out of memory");

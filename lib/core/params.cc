@@ -48,10 +48,13 @@ const ParamDef kParamDefs[] = {
      "power-of-two groups, else ring; above the node the ring (the cost model, BC_MODEL, picks "
      "per stage instead when it is on). A forced algorithm whose preconditions fail for a group "
      "is an error."},
-    {ParamId::Timeout, "BC_TIMEOUT", ParamType::Seconds, "120s", nullptr, {0, 24 * kHour, nullptr},
-     "A collective that waits longer than this for a peer fails with BC_ERR_TIMEOUT and marks "
-     "the communicator broken. Units: ms, s, m, h; a bare number is seconds. 0 waits forever "
-     "(longer than a day, use 0)."},
+    {ParamId::Timeout, "BC_TIMEOUT", ParamType::Seconds, "30m", nullptr, {0, 24 * kHour, nullptr},
+     "A collective that waits longer than this for a living peer fails with BC_ERR_TIMEOUT and "
+     "marks the communicator broken. Lateness, not death: a peer that died is reported within "
+     "about a second as BC_ERR_PEER_DEAD (BC_LIVENESS), so this only has to cover a peer that is "
+     "alive but busy (a checkpoint, a slow data loader). 30 minutes, as PyTorch's default; set it "
+     "shorter to give up on late peers sooner. Units: ms, s, m, h; a bare number is seconds. "
+     "0 waits forever (longer than a day, use 0)."},
     {ParamId::SpinCount, "BC_SPIN_COUNT", ParamType::Int, "64", nullptr, {1, 1000000, nullptr},
      "Progress polls without any completion before the waiting thread yields the core "
      "(sched_yield). Keep it low when ranks outnumber cores: at the maximum, 10^6 polls, a "
@@ -150,6 +153,24 @@ const ParamDef kParamDefs[] = {
      "was faster (docs/PMPI.md; BC_PMPI_STATS lists each bucket's route and times). MPI_Iallreduce "
      "follows a bucket's decision and goes to BlueConnect while it is learned. bc = every call "
      "BlueConnect can serve goes to BlueConnect."},
+    {ParamId::Liveness, "BC_LIVENESS", ParamType::Enum, "auto", "auto|net|off", kParamAnyRange,
+     "How a waiting collective tells a dead peer from a late one (docs/FAILURES.md). auto: a peer "
+     "on this host (same host name and boot id, its pid checked at creation) is dead when its "
+     "process is gone (/proc/PID: missing, a zombie, or a different start time); any other peer "
+     "through a small UCX worker over TCP that holds one connection to it and sees it close "
+     "(the kernel closes it when the process dies). net: the TCP watch for every peer, also on "
+     "this host (containers with their own pid namespace; tests). off: no checks; a dead peer "
+     "surfaces as a transport error or at BC_TIMEOUT. Checks run only while a collective waits "
+     "without progress, every BC_LIVENESS_INTERVAL; the fast path never runs them. Read at "
+     "communicator creation."},
+    {ParamId::LivenessInterval, "BC_LIVENESS_INTERVAL", ParamType::Seconds, "200ms", nullptr,
+     {10, 60 * 1000, nullptr},
+     "How often a collective that waits without progress checks whether its peers are alive "
+     "(BC_LIVENESS), and how long it must have waited before the first check. A death is "
+     "reported about one interval after it (plus scheduling delay). Each check reads /proc once "
+     "per peer on this host and polls one UCX worker: microseconds. Below 10ms the checks would "
+     "cost more than the waits they interrupt; above a minute a death is no longer reported "
+     "promptly."},
 };
 static_assert(sizeof(kParamDefs) / sizeof(kParamDefs[0]) == static_cast<size_t>(ParamId::Count),
               "one row per ParamId");

@@ -43,6 +43,8 @@ enum class ParamId : int {
   CudaStagingBufs,  // BC_CUDA_STAGING_BUFS
   ProgressThread,   // BC_PROGRESS_THREAD
   PmpiRoute,        // BC_PMPI_ROUTE
+  Liveness,         // BC_LIVENESS
+  LivenessInterval, // BC_LIVENESS_INTERVAL
   Count
 };
 

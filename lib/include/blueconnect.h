@@ -56,6 +56,8 @@ typedef enum BC_ENUM_BASE {
   BC_ERR_MPI = 10,            /* an MPI call failed */
   BC_ERR_INTERNAL = 11,       /* a bug: please report with BC_DEBUG=INFO output */
   BC_ERR_IN_PROGRESS = 12,    /* bc_test: the operation has not completed yet */
+  BC_ERR_PEER_DEAD = 13,      /* a peer's process died (or its host is gone); the
+                                 message names it; the communicator is broken */
   BC_STATUS_COUNT
 } bc_status_t;
 
@@ -148,7 +150,8 @@ bc_status_t bc_iallreduce(const void *sendbuf, void *recvbuf, int64_t count,
  * failure found by the thread is returned here (or by bc_wait), with its
  * message in bc_last_error(). bc_wait then sleeps until the thread is done. */
 bc_status_t bc_test(bc_request_t *request, int *done);
-/* Waits for completion (at most BC_TIMEOUT without progress), frees the
+/* Waits for completion (at most BC_TIMEOUT without progress; a peer that
+ * died fails it with BC_ERR_PEER_DEAD within about a second), frees the
  * request and sets *request to NULL. */
 bc_status_t bc_wait(bc_request_t *request);
 

@@ -237,7 +237,10 @@ int mpi_error_class(bc_status_t st) {
     case BC_ERR_NOT_SUPPORTED:   // the route should have sent it to MPI
     case BC_ERR_NOT_INITIALIZED:
     case BC_ERR_INTERNAL: return MPI_ERR_INTERN;
-    default: return MPI_ERR_OTHER;  // transport, timeout, MPI, a broken communicator
+#ifdef MPIX_ERR_PROC_FAILED
+    case BC_ERR_PEER_DEAD: return MPIX_ERR_PROC_FAILED;  // ULFM builds
+#endif
+    default: return MPI_ERR_OTHER;  // transport, timeout, MPI, a dead peer (no ULFM), a broken communicator
   }
 }
 

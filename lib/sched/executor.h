@@ -17,6 +17,7 @@
 namespace bc {
 
 class BufferPool;
+class Liveness;
 
 struct ExecContext {
   const std::vector<Transport *> *peer_transport = nullptr;  // per rank of the communicator
@@ -28,6 +29,9 @@ struct ExecContext {
   int64_t timeout_ms = 0;  // 0: wait forever
   int64_t spin_count = 64;
   Transport *sleeper = nullptr;  // the one transport of every peer, if it can sleep
+  // The communicator's peer checks (sched/liveness.h); null: none. Consulted
+  // only while the operation waits without progress.
+  Liveness *liveness = nullptr;
 };
 
 class Execution {

@@ -1,12 +1,14 @@
 #include "sched/operation.h"
 
 #include <sched.h>
+#include <time.h>
 
 #include <chrono>
 
 #include "core/blocks.h"
 #include "core/log.h"
 #include "cuda/cuda_rt.h"
+#include "sched/liveness.h"
 
 namespace bc {
 
@@ -107,6 +109,14 @@ int64_t IdleTracker::rest_ms(int64_t cap_ms) const {
 
 bool IdleTracker::timed_out() const { return timeout_ms_ > 0 && since_move_ms() > timeout_ms_; }
 
+bool IdleTracker::liveness_due(int64_t interval_ms) {
+  if (interval_ms <= 0 || since_move_ms() < interval_ms) return false;
+  const Clock::time_point now = Clock::now();
+  if (last_check_ != Clock::time_point{} && now - last_check_ < std::chrono::milliseconds(interval_ms)) return false;
+  last_check_ = now;
+  return true;
+}
+
 uint64_t Operation::completions() const {
   uint64_t seen = retired_completions_;
   for (const Slot &s : slots_)
@@ -124,27 +134,90 @@ Status Operation::fail_timeout() {
                  static_cast<long long>(nchunks_), what.c_str());
 }
 
+namespace {
+
+const char *kind_name(CollKind k) {
+  switch (k) {
+    case CollKind::ReduceScatter: return "reduce-scatter";
+    case CollKind::Allgather: return "all-gather";
+    default: return "all-reduce";
+  }
+}
+
+}  // namespace
+
+Status Operation::fail_dead(const char *cause) {
+  std::string what;
+  int64_t chunk = finished_chunks_ + 1;
+  // The first chunk in flight that still waits for something.
+  for (const Slot &s : slots_) {
+    if (!s.exec) continue;
+    const std::string p = s.exec->pending();
+    if (p == " nothing") continue;
+    what = p;
+    break;
+  }
+  const Liveness &l = *ctx_.liveness;
+  const std::vector<int> &dead = l.dead();
+  // Nobody will answer the dead: their transports need not wait in cancel().
+  for (int r : dead)
+    if (r >= 0 && r < static_cast<int>(ctx_.peer_transport->size()) && (*ctx_.peer_transport)[r])
+      (*ctx_.peer_transport)[r]->peer_died(r);
+  cancel();
+  // Who died, then (separately) what this rank was waiting for: the two differ
+  // whenever this rank waits on a living neighbour that waits on the dead.
+  std::string who;
+  for (size_t i = 0; i < dead.size(); ++i) {
+    if (i > 0) who += i + 1 == dead.size() ? " and " : ", ";
+    who += l.who(dead[i]);
+  }
+  return BC_FAIL(BC_ERR_PEER_DEAD, "%s %s during %s (%s). Rank %d was waiting in chunk %lld of %lld:%s%s%s%s",
+                 who.c_str(), dead.size() > 1 ? "have died" : "died", kind_name(big_->kind), l.how(dead[0]),
+                 l.rank(), static_cast<long long>(chunk), static_cast<long long>(nchunks_),
+                 what.empty() ? " nothing" : what.c_str(), cause ? " [the transport said: " : "", cause ? cause : "",
+                 cause ? "]" : "");
+}
+
+Status Operation::check_peers(const char *cause) {
+  if (!ctx_.liveness || !ctx_.liveness->check()) return BC_OK;
+  return fail_dead(cause);
+}
+
+Status Operation::explain_failure(Status st) {
+  const std::string cause = last_error();
+  cancel();
+  if (ctx_.liveness && ctx_.liveness->enabled()) {
+    // The transport may notice before the watch does (both see the same
+    // closed socket, one poll apart): look for up to one interval.
+    const auto deadline = Clock::now() + std::chrono::milliseconds(std::min<int64_t>(500, ctx_.liveness->interval_ms()));
+    for (;;) {
+      if (ctx_.liveness->check()) return fail_dead(cause.c_str());
+      if (Clock::now() >= deadline) break;
+      struct timespec ts = {0, 5 * 1000 * 1000};
+      nanosleep(&ts, nullptr);
+    }
+  }
+  trail(st, __FILE__, __LINE__);
+  return st;
+}
+
 Status Operation::wait() {
   IdleTracker idle(ctx_.spin_count, ctx_.timeout_ms);
+  const int64_t every = ctx_.liveness && ctx_.liveness->enabled() ? ctx_.liveness->interval_ms() : 0;
   for (;;) {
     bool done = false;
     Status st = progress(&done);
-    if (st != BC_OK) {
-      cancel();
-      BC_CHECK(st);
-    }
+    if (st != BC_OK) return explain_failure(st);
     if (done) return BC_OK;
     if (idle.moved(completions()) || !idle.should_rest()) continue;
     if (ctx_.sleeper) {
-      // Bounded: the timeout below still gets checked.
-      Status ws = ctx_.sleeper->idle_wait(static_cast<int>(idle.rest_ms(100)));
-      if (ws != BC_OK) {
-        cancel();
-        BC_CHECK(ws);
-      }
+      // Bounded: the timeout and the liveness checks below still get their turn.
+      Status ws = ctx_.sleeper->idle_wait(static_cast<int>(idle.rest_ms(every > 0 ? std::min<int64_t>(100, every) : 100)));
+      if (ws != BC_OK) return explain_failure(ws);
     } else {
       sched_yield();
     }
+    if (every > 0 && idle.liveness_due(every)) BC_CHECK(check_peers());
     if (idle.timed_out()) return fail_timeout();
   }
 }

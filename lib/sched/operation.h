@@ -12,8 +12,10 @@
 //
 // The chunks advance on their own as their messages arrive; nothing forces them
 // into lock step. progress() never blocks; wait() drives it, yields the core
-// when nothing moved for BC_SPIN_COUNT polls, and fails with BC_ERR_TIMEOUT
-// when nothing moved for BC_TIMEOUT.
+// when nothing moved for BC_SPIN_COUNT polls, checks the peers' liveness every
+// BC_LIVENESS_INTERVAL while nothing moves (BC_ERR_PEER_DEAD names a dead one;
+// sched/liveness.h), and fails with BC_ERR_TIMEOUT when nothing moved for
+// BC_TIMEOUT although every peer lives.
 #pragma once
 
 #include <chrono>
@@ -45,6 +47,10 @@ class IdleTracker {
   // How long a rest may sleep: at most cap_ms, and not past the timeout.
   int64_t rest_ms(int64_t cap_ms) const;
   bool timed_out() const;
+  // After a poll where nothing moved: true once nothing has moved for
+  // interval_ms and the last check was at least interval_ms ago (then check
+  // the peers). Never true on the fast path: it takes interval_ms of stillness.
+  bool liveness_due(int64_t interval_ms);
 
  private:
   int64_t since_move_ms() const;
@@ -53,6 +59,7 @@ class IdleTracker {
   int64_t idle_polls_ = 0;
   uint64_t last_seen_ = UINT64_MAX;
   std::chrono::steady_clock::time_point last_move_;
+  std::chrono::steady_clock::time_point last_check_{};
 };
 
 class Operation {
@@ -77,6 +84,14 @@ class Operation {
   uint64_t completions() const;
   // Cancels and fails with BC_ERR_TIMEOUT, saying where the operation waits.
   Status fail_timeout();
+  // Checks the peers (ctx.liveness); when one is dead, cancels and fails with
+  // BC_ERR_PEER_DEAD naming the dead and, separately, what this rank waited
+  // for. `cause`: the transport error that led here, or null.
+  Status check_peers(const char *cause = nullptr);
+  // After a transport or MPI failure `st` (its message in last_error()):
+  // cancels, and when a peer turns out dead (it may take the watch a moment
+  // after the transport noticed) fails with BC_ERR_PEER_DEAD instead.
+  Status explain_failure(Status st);
   const ExecContext &context() const { return ctx_; }
   // Seconds per stage, summed over chunks (chunks overlap, so the sum can
   // exceed the wall time).
@@ -93,6 +108,7 @@ class Operation {
   };
   Status slot_scratch(Slot *slot, size_t need, unsigned char **out);
   Status start_chunk(Slot *slot);
+  Status fail_dead(const char *cause);
 
   ExecContext ctx_;
   unsigned char *work_;

@@ -111,7 +111,14 @@ TEST_CASE("ranges: the knobs that would cripple a run are refused with the range
   const std::string listing = ParamSet().describe();
   REQUIRE(listing.find("BC_CHUNK = '1M' (default) [range 0 (one chunk) or 4K..1G]") != std::string::npos);
   REQUIRE(listing.find("BC_PIPELINE_DEPTH = '4' (default) [range 1..1024]") != std::string::npos);
-  REQUIRE(listing.find("BC_TIMEOUT = '120s' (default) [range 0s..24h]") != std::string::npos);
+  REQUIRE(listing.find("BC_TIMEOUT = '30m' (default) [range 0s..24h]") != std::string::npos);
+  // Liveness checks: at least every minute, at most every 10 ms.
+  REQUIRE(listing.find("BC_LIVENESS_INTERVAL = '200ms' (default) [range 10ms..1m]") != std::string::npos);
+  REQUIRE(ps.set(ParamId::LivenessInterval, "5ms", "test") == BC_ERR_PARAM);
+  REQUIRE(ps.set(ParamId::LivenessInterval, "2m", "test") == BC_ERR_PARAM);
+  REQUIRE(ps.set(ParamId::LivenessInterval, "50ms", "test") == BC_OK);
+  REQUIRE(ps.get_int(ParamId::LivenessInterval) == 50);
+  REQUIRE(ps.set(ParamId::Liveness, "dead", "test") == BC_ERR_PARAM);
   REQUIRE(listing.find("BC_PMPI_MIN_BYTES = '0' (default) [range 0 or more]") != std::string::npos);
 }
 

@@ -1,5 +1,7 @@
 // The UCX transport's life: context and worker, the address exchange over MPI,
 // endpoints (lazy, with peer-failure handling) and teardown. See ucx_transport.h.
+#include <sched.h>
+
 #include <algorithm>
 #include <chrono>
 #include <climits>
@@ -15,6 +17,8 @@ namespace bc {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+// After a failure: how long same-node endpoints get to flush at close.
+constexpr int kFailedCloseMs = 100;
 
 // A copy of an address from ucp_worker_query, released at once.
 Status query_address(ucp_worker_h worker, bool net_only, std::vector<unsigned char> *out) {
@@ -325,8 +329,8 @@ void UcxTransport::abort_peer(int peer, ucs_status_t why) {
   }
 }
 
-void UcxTransport::close_endpoints() {
-  if (!peers_) return;
+bool UcxTransport::close_endpoints() {
+  if (!peers_) return true;
   closing_ = true;
   std::vector<void *> pending;
   for (int r = 0; r < size_; ++r) {
@@ -336,28 +340,39 @@ void UcxTransport::close_endpoints() {
     std::memset(&param, 0, sizeof param);
     // A failed peer cannot confirm a flush, and after a failure nothing in
     // flight matters any more (the communicator is broken): drop the endpoint.
-    // Otherwise flush, so that our last eager sends reach their peers.
+    // Otherwise flush, so that our last eager sends reach their peers. Only an
+    // off-node endpoint (peer-failure handling) may be dropped by force: UCX
+    // 1.13 does not support a forced close without it; a same-node one is
+    // flushed, briefly after a failure.
     param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-    param.flags = (p.failed != UCS_OK || had_failure_) ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+    param.flags = p.off_node && (p.failed != UCS_OK || had_failure_) ? UCP_EP_CLOSE_FLAG_FORCE : 0;
     void *req = ucp_ep_close_nbx(p.ep, &param);
     p.ep = nullptr;
     if (UCS_PTR_IS_PTR(req)) pending.push_back(req);
   }
-  // All closes progress together, within one bound. After a failure they are
-  // all forced and need no progress: ucp_worker_destroy finishes them, and
-  // progressing would only let UCX retry connections to peers already gone.
-  const auto deadline = Clock::now() + std::chrono::milliseconds(had_failure_ ? 0 : close_timeout_ms_);
-  size_t open = pending.size();
-  while (open > 0 && Clock::now() < deadline) {
-    ucp_worker_progress(worker_);
-    open = 0;
+  // All closes progress together, within one bound: short after a failure,
+  // where only same-node flushes need progress and a dead peer never answers.
+  const auto deadline = Clock::now() + std::chrono::milliseconds(had_failure_ ? kFailedCloseMs : close_timeout_ms_);
+  auto open_count = [&] {
+    size_t open = 0;
     for (void *req : pending)
       if (ucp_request_check_status(req) == UCS_INPROGRESS) ++open;
+    for (void *req : abandoned_)
+      if (ucp_request_check_status(req) == UCS_INPROGRESS) ++open;
+    return open;
+  };
+  size_t open = open_count();
+  while (open > 0 && Clock::now() < deadline) {
+    if (ucp_worker_progress(worker_) == 0) sched_yield();
+    open = open_count();
   }
-  if (open > 0 && !had_failure_)
-    BC_DEBUGLOG(Transport, "ucx: rank %d: %zu endpoint closes did not finish within %d ms; destroying the worker",
-                rank_, open, close_timeout_ms_);
+  if (open > 0)
+    BC_DEBUGLOG(Transport, "ucx: rank %d: %zu endpoint closes or requests did not finish within %d ms", rank_, open,
+                had_failure_ ? kFailedCloseMs : close_timeout_ms_);
   for (void *req : pending) ucp_request_free(req);
+  for (void *req : abandoned_) ucp_request_free(req);  // released by UCX when (if) it completes
+  abandoned_.clear();
+  return open == 0 || !had_failure_;
 }
 
 // After a failure, messages for the receives we cancelled wait in the
@@ -386,7 +401,17 @@ UcxTransport::~UcxTransport() {
   if (worker_) {
     closing_ = true;
     if (had_failure_ && peers_) drain_unexpected();
-    close_endpoints();
+    if (!close_endpoints()) {
+      // A same-node peer died with transfers in flight: UCX 1.13's
+      // ucp_worker_destroy asserts on such an endpoint (cma's queue is not
+      // empty) and aborts the survivor. Leave the worker, its context and the
+      // buffers it may still write to for process exit: a few fds and some
+      // memory, once per broken communicator.
+      BC_DEBUGLOG(Transport, "ucx: rank %d: a same-node peer failed with transfers in flight; the UCX worker is "
+                  "left to process exit", rank_);
+      new std::vector<std::vector<unsigned char>>(std::move(sinks_));  // deliberately kept
+      return;
+    }
     ucp_worker_destroy(worker_);
   }
   if (context_) ucp_cleanup(context_);

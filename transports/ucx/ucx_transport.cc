@@ -174,22 +174,37 @@ void UcxTransport::cancel(TransportRequest *req) {
     if (ucp_request_check_status(s->ucx_req) == UCS_INPROGRESS) {
       // UCX cancels only receives that are not yet matched.
       ucp_request_cancel(worker_, s->ucx_req);
-      if (!wait_request(s->ucx_req, kCancelWaitMs)) {
-        // A send, or a receive already inside a rendezvous: UCX may still touch
-        // the buffer. Closing the endpoint by force completes everything queued
-        // on it (UCS_ERR_CANCELED); the peer is unusable afterwards, as is the
-        // communicator after the failure that led here.
-        abort_peer(req->peer, UCS_ERR_CANCELED);
-        if (!wait_request(s->ucx_req, kCancelWaitMs))
-          BC_WARN(Transport, "ucx: a %s rank %d could not be cancelled; UCX may still use its buffer",
-                  s->is_recv ? "receive from" : "send to", req->peer);
+      if (!wait_request(s->ucx_req, peers_[req->peer].dead ? 0 : kCancelWaitMs)) {
+        if (peers_[req->peer].off_node) {
+          // A send, or a receive already inside a rendezvous: UCX may still touch
+          // the buffer. Closing the endpoint by force completes everything queued
+          // on it (UCS_ERR_CANCELED); the peer is unusable afterwards, as is the
+          // communicator after the failure that led here.
+          abort_peer(req->peer, UCS_ERR_CANCELED);
+          if (!wait_request(s->ucx_req, kCancelWaitMs))
+            BC_WARN(Transport, "ucx: a %s rank %d could not be cancelled; UCX may still use its buffer",
+                    s->is_recv ? "receive from" : "send to", req->peer);
+        } else {
+          // A same-node endpoint has no peer-failure handling (ucx_transport.h),
+          // and UCX 1.13 cannot close such an endpoint by force: the requests
+          // never completed, and ucp_worker_destroy later died on an assertion
+          // in cma's endpoint cleanup (seen after a peer was killed). Leave the
+          // request to UCX; the destructor gives it a moment and otherwise
+          // leaves the worker to process exit.
+          abandoned_.push_back(s->ucx_req);
+          s->ucx_req = nullptr;
+        }
       }
     }
-    ucp_request_free(s->ucx_req);
+    if (s->ucx_req) ucp_request_free(s->ucx_req);
     s->ucx_req = nullptr;
   }
   s->complete = 1;
   req->active = false;
+}
+
+void UcxTransport::peer_died(int peer) {
+  if (peer >= 0 && peer < size_ && peers_) peers_[peer].dead = true;
 }
 
 Status UcxTransport::idle_wait(int timeout_ms) {

@@ -69,6 +69,7 @@ struct UcxPeer {
   bool off_node = false;
   ucp_ep_h ep = nullptr;
   ucs_status_t failed = UCS_OK;  // set by the error callback or an abort
+  bool dead = false;  // peer_died(): cancel() does not wait for it
   std::vector<unsigned char> address;  // full or network-only, per off_node
 };
 
@@ -84,6 +85,7 @@ class UcxTransport final : public Transport {
                    TransportRequest *req) override;
   Status test(TransportRequest *req, bool *done) override;
   void cancel(TransportRequest *req) override;
+  void peer_died(int peer) override;
 
   // For the executor's idle path (not yet in Transport): with BC_UCX_WAIT=event,
   // arms the worker and sleeps on its event fd until the network has something
@@ -108,7 +110,9 @@ class UcxTransport final : public Transport {
   Status test_request(TransportRequest *req, bool *done);
   Status peer_error(int peer) const;
   void abort_peer(int peer, ucs_status_t why);
-  void close_endpoints();
+  // False when a close could not finish (a same-node peer that died): then
+  // the worker must not be destroyed.
+  bool close_endpoints();
   void drain_unexpected();
   void log_lanes(const UcxPeer &p);
   // Progresses the worker a bounded number of times; true if anything moved.
@@ -136,6 +140,8 @@ class UcxTransport final : public Transport {
   bool closing_ = false;
   // Receive buffers UCX may still write into; freed after ucp_worker_destroy.
   std::vector<std::vector<unsigned char>> sinks_;
+  // Same-node requests that could not be cancelled (cancel() says why).
+  std::vector<void *> abandoned_;
 };
 
 }  // namespace bc
