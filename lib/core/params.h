@@ -42,6 +42,7 @@ enum class ParamId : int {
   CudaStagingBufs,  // BC_CUDA_STAGING_BUFS
   ProgressThread,   // BC_PROGRESS_THREAD
   PmpiRoute,        // BC_PMPI_ROUTE
+  CheckArgs,        // BC_CHECK_ARGS
   Count
 };
 

@@ -56,6 +56,9 @@ typedef enum BC_ENUM_BASE {
   BC_ERR_MPI = 10,            /* an MPI call failed */
   BC_ERR_INTERNAL = 11,       /* a bug: please report with BC_DEBUG=INFO output */
   BC_ERR_IN_PROGRESS = 12,    /* bc_test: the operation has not completed yet */
+  BC_ERR_MISMATCH = 13,       /* ranks passed different count, dtype, op or collective
+                                 (BC_CHECK_ARGS=1): returned on every rank, nothing was
+                                 sent, the communicator stays usable */
   BC_STATUS_COUNT
 } bc_status_t;
 
