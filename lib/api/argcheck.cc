@@ -42,8 +42,10 @@ struct Exchange {
 std::mutex g_abandoned_mutex;
 std::vector<std::unique_ptr<Exchange>> g_abandoned;
 
-// Waits for ex->req, progressing the communicator's open requests meanwhile.
-Status wait_round(bc_comm *c, std::unique_ptr<Exchange> *ex, const char *round) {
+// Waits for ex->req, progressing the communicator's open requests meanwhile;
+// not when this rank's own arguments were refused (`keep_error`): a request
+// failing now would replace the thread's message, which says what was wrong.
+Status wait_round(bc_comm *c, std::unique_ptr<Exchange> *ex, const char *round, bool keep_error) {
   using Clock = std::chrono::steady_clock;
   const int64_t timeout_ms = c->params.get_int(ParamId::Timeout);
   const int64_t spin = c->params.get_int(ParamId::SpinCount);
@@ -52,7 +54,7 @@ Status wait_round(bc_comm *c, std::unique_ptr<Exchange> *ex, const char *round) 
     int done = 0;
     BC_MPI_CHECK(MPI_Test(&(*ex)->req, &done, MPI_STATUS_IGNORE));
     if (done) return BC_OK;
-    if (!c->progress) comm_progress_open(c);
+    if (!c->progress && !keep_error) comm_progress_open(c);
     if (polls % spin != 0) continue;
     sched_yield();
     const int64_t waited = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
@@ -140,7 +142,7 @@ Status args_agree(bc_comm *c, const CollArgs &a, Status local) {
     ex->mine[2 * i + 1] = -fields[i];
   }
   BC_MPI_CHECK(MPI_Iallreduce(ex->mine, ex->extremes, 2 * kFields, MPI_INT64_T, MPI_MAX, c->mpi, &ex->req));
-  BC_CHECK(wait_round(c, &ex, "first round"));
+  BC_CHECK(wait_round(c, &ex, "first round", local != BC_OK));
   bool agree = true;
   for (int i = 0; i < kFields; ++i) agree = agree && ex->extremes[2 * i] == -ex->extremes[2 * i + 1];
   const bool anyone_refused = ex->extremes[2 * (kFields - 1)] != 0;
@@ -152,7 +154,7 @@ Status args_agree(bc_comm *c, const CollArgs &a, Status local) {
   ex->all.resize(c->size);
   BC_MPI_CHECK(MPI_Iallgather(&ex->sig, sizeof(Signature), MPI_BYTE, ex->all.data(), sizeof(Signature), MPI_BYTE,
                               c->mpi, &ex->req));
-  BC_CHECK(wait_round(c, &ex, "second round"));
+  BC_CHECK(wait_round(c, &ex, "second round", local != BC_OK));
   const std::vector<Signature> &all = ex->all;
   if (local != BC_OK) {
     // Keep this rank's own message, which says what was wrong, and add who else differs.

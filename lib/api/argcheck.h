@@ -27,7 +27,8 @@ namespace bc {
 // Nothing else is sent, so the communicator stays usable after any of these.
 // While waiting, it progresses the communicator's open non-blocking requests
 // (no progress thread: nobody else would), so that a peer waiting for one of
-// them is not kept waiting by this rank. BC_ERR_TIMEOUT (or BC_ERR_MPI) when
+// them is not kept waiting by this rank; not when this rank refused its own
+// arguments, whose message a failing request would overwrite. BC_ERR_TIMEOUT (or BC_ERR_MPI) when
 // the round does not complete within BC_TIMEOUT: a rank never came.
 // Called without the communicator's lock (the progress thread keeps running).
 Status args_agree(bc_comm *c, const CollArgs &a, Status local);
