@@ -268,3 +268,38 @@ TEST_CASE("with BC_CHECK_ARGS=0 a mismatch is a size error or a timeout, never w
     }
   }
 }
+
+// With the check, a rank that never calls is noticed by the agreement: the
+// others get BC_ERR_TIMEOUT after BC_TIMEOUT from the call itself (for
+// bc_iallreduce too, before any request exists), and the communicator is
+// broken, as after any timeout.
+TEST_CASE("with BC_CHECK_ARGS=1 a rank that never calls is a timeout of the agreement", "[mismatch][timeout]") {
+  const int p = world_size(), r = world_rank();
+  if (p < 2) return;
+  for (const bool nonblocking : {false, true}) {
+    bc_comm_t comm = nullptr;
+    REQUIRE(everywhere(bc_comm_create_with(MPI_COMM_WORLD, "BC_CHECK_ARGS=1;BC_TIMEOUT=300ms", &comm) == BC_OK));
+    float a[8] = {0};
+    Outcome o;
+    if (r != p - 1) {
+      const auto t0 = Clock::now();
+      bc_request_t req = nullptr;
+      o.st = nonblocking ? bc_iallreduce(BC_IN_PLACE, a, 8, BC_FLOAT32, BC_SUM, comm, &req)
+                         : bc_allreduce(BC_IN_PLACE, a, 8, BC_FLOAT32, BC_SUM, comm);
+      o.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+      o.msg = bc_last_error();
+      o.right = req == nullptr;
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    const std::string lines = all_ranks(o);
+    INFO((nonblocking ? "bc_iallreduce" : "bc_allreduce") << ", the last rank never calls:" << lines);
+    if (r != p - 1) {
+      REQUIRE(o.st == BC_ERR_TIMEOUT);
+      REQUIRE(has(o.msg, "argument agreement (BC_CHECK_ARGS)"));
+      REQUIRE(o.right);  // no request handed out
+      REQUIRE(o.seconds < 10.0);
+      REQUIRE(bc_allreduce(BC_IN_PLACE, a, 8, BC_FLOAT32, BC_SUM, comm) == BC_ERR_INVALID_COMM);  // broken
+    }
+    REQUIRE(bc_comm_destroy(&comm) == BC_OK);
+  }
+}
