@@ -136,6 +136,7 @@ const char *bc_strerror(bc_status_t status) {
     case BC_ERR_INTERNAL: return "internal error";
     case BC_ERR_IN_PROGRESS: return "in progress";
     case BC_ERR_PEER_DEAD: return "peer died";
+    case BC_ERR_MISMATCH: return "arguments differ between ranks";
     default: return "unknown status";
   }
 }

@@ -1,11 +1,13 @@
 #include "api/comm.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <mutex>
 #include <set>
 #include <sstream>
 
+#include "api/argcheck.h"
 #include "api/progress_thread.h"
 #include "core/log.h"
 #include "reduce/reduce.h"
@@ -244,6 +246,7 @@ Status comm_create(MPI_Comm comm, const char *options, bc_comm **out) {
   c->params = global_params();
   // Bad options fail on every rank alike (every rank must pass the same string).
   BC_CHECK(c->params.apply_overrides(options));
+  c->check_args = c->params.get_int(ParamId::CheckArgs) != 0;
   BC_MPI_CHECK(MPI_Comm_dup(comm, &c->mpi));
   Status st = private_comm_setup(c.get());
   if (st == BC_OK) st = comm_setup(c.get());
@@ -382,33 +385,23 @@ Status comm_plan(bc_comm *c, CollKind kind, bool average, int64_t count, const P
 
 namespace {
 
-// Checks the arguments, takes `lock` once `c` is known to be live (nothing is
-// taken without a progress thread), places the input in the work buffer and
-// builds the started Operation. *work_out: the work buffer (for
-// reduce_scatter's finish). *pooled_work_out: a work buffer from the pool of
-// the buffers' memory type (reduce_scatter out of place), for the caller to
-// release; set before any failure after it is taken.
-Status start(bc_comm *c, const CollArgs &a, CommLock *lock, std::unique_ptr<Operation> *op_out,
-             unsigned char **work_out, void **pooled_work_out = nullptr) {
-  BC_CHECK(comm_check(c));
-  lock->take(c);
-  if (c->broken)
-    return BC_FAIL(c->broken_by == BC_ERR_PEER_DEAD ? BC_ERR_PEER_DEAD : BC_ERR_INVALID_COMM,
-                   "the communicator is broken by an earlier failure (%s: %s); destroy it", bc_strerror(c->broken_by),
-                   c->broken_why.c_str());
+// A call on a communicator an earlier failure broke: the cause again, at once
+// (a dead peer stays BC_ERR_PEER_DEAD, so a caller can tell death from misuse).
+Status refuse_broken(const bc_comm *c) {
+  return BC_FAIL(c->broken_by == BC_ERR_PEER_DEAD ? BC_ERR_PEER_DEAD : BC_ERR_INVALID_COMM,
+                 "the communicator is broken by an earlier failure (%s: %s); destroy it", bc_strerror(c->broken_by),
+                 c->broken_why.c_str());
+}
+
+// One rank's own arguments, before anything is sent (with BC_CHECK_ARGS the
+// verdict goes into the agreement, so that every rank fails together).
+Status check_own_args(const bc_comm *c, const CollArgs &a) {
   if (a.count < 0)
     return BC_FAIL(BC_ERR_INVALID_ARG, "count is negative (%lld)", static_cast<long long>(a.count));
   if (!dtype_is_valid(a.dtype)) return BC_FAIL(BC_ERR_INVALID_ARG, "unknown dtype %d", static_cast<int>(a.dtype));
   if (a.kind != CollKind::Allgather) BC_CHECK(reduce_check(a.dtype, a.op));
   if (a.mem < 0 || a.mem >= BC_MEM_COUNT)
     return BC_FAIL(BC_ERR_INVALID_ARG, "unknown memory type %d", static_cast<int>(a.mem));
-  bc_memtype_t mem = BC_MEM_HOST;
-  BC_CHECK(resolve_memtype(a.sendbuf, a.recvbuf, a.mem, &mem));
-  c->cur_mem = mem;
-  if (mem == BC_MEM_CUDA) {
-    if (a.kind != CollKind::Allgather) BC_CHECK(reduce_check_cuda(a.dtype, a.op));
-    BC_CHECK(comm_ensure_device(c));
-  }
   const size_t elem = bc_dtype_size(a.dtype);
   const int64_t p = c->size;
   const int64_t limit = INT64_MAX / static_cast<int64_t>(elem) / p;
@@ -418,7 +411,6 @@ Status start(bc_comm *c, const CollArgs &a, CommLock *lock, std::unique_ptr<Oper
   if (!a.recvbuf) return BC_FAIL(BC_ERR_INVALID_ARG, "recvbuf is NULL with count %lld", static_cast<long long>(a.count));
   if (!a.sendbuf) return BC_FAIL(BC_ERR_INVALID_ARG, "sendbuf is NULL with count %lld (use BC_IN_PLACE for in-place)",
                                  static_cast<long long>(a.count));
-
   const int64_t total = a.kind == CollKind::Allreduce ? a.count : a.count * p;
   const size_t send_bytes = static_cast<size_t>(a.kind == CollKind::Allgather ? a.count : total) * elem;
   const size_t recv_bytes = static_cast<size_t>(a.kind == CollKind::ReduceScatter ? a.count : total) * elem;
@@ -428,6 +420,49 @@ Status start(bc_comm *c, const CollArgs &a, CommLock *lock, std::unique_ptr<Oper
     if (s < r + recv_bytes && r < s + send_bytes)
       return BC_FAIL(BC_ERR_INVALID_ARG, "sendbuf and recvbuf overlap; use BC_IN_PLACE for in-place");
   }
+  return BC_OK;
+}
+
+// Checks the arguments, takes `lock` once `c` is known to be live (nothing is
+// taken without a progress thread), places the input in the work buffer and
+// builds the started Operation. *work_out: the work buffer (for
+// reduce_scatter's finish). *pooled_work_out: a work buffer from the pool of
+// the buffers' memory type (reduce_scatter out of place), for the caller to
+// release; set before any failure after it is taken.
+Status start(bc_comm *c, const CollArgs &a, CommLock *lock, std::unique_ptr<Operation> *op_out,
+             unsigned char **work_out, void **pooled_work_out = nullptr) {
+  BC_CHECK(comm_check(c));
+  if (c->check_args) {
+    {
+      // A broken communicator may have a collective still posted on c->mpi
+      // (an agreement that timed out): no new one may follow it.
+      CommLock peek;
+      peek.take(c);
+      if (c->broken) return refuse_broken(c);
+    }
+    // Unlocked: the progress thread keeps driving requests in flight meanwhile.
+    const Status agreed = args_agree(c, a, check_own_args(c, a));
+    lock->take(c);
+    comm_mark_broken_on(c, agreed);  // a round that timed out or failed in MPI
+    BC_CHECK(agreed);
+  } else {
+    lock->take(c);
+  }
+  if (c->broken) return refuse_broken(c);
+  if (!c->check_args) BC_CHECK(check_own_args(c, a));  // else passed on every rank above
+  bc_memtype_t mem = BC_MEM_HOST;
+  BC_CHECK(resolve_memtype(a.sendbuf, a.recvbuf, a.mem, &mem));
+  c->cur_mem = mem;
+  if (mem == BC_MEM_CUDA) {
+    if (a.kind != CollKind::Allgather) BC_CHECK(reduce_check_cuda(a.dtype, a.op));
+    BC_CHECK(comm_ensure_device(c));
+  }
+  if (a.count == 0) return BC_OK;
+  const size_t elem = bc_dtype_size(a.dtype);
+  const int64_t p = c->size;
+  const bool in_place = a.sendbuf == BC_IN_PLACE || (a.kind == CollKind::Allreduce && a.sendbuf == a.recvbuf);
+  const int64_t total = a.kind == CollKind::Allreduce ? a.count : a.count * p;
+  const size_t send_bytes = static_cast<size_t>(a.kind == CollKind::Allgather ? a.count : total) * elem;
 
   // Only the all-reduce is cut into chunks: reduce_scatter and allgather tie
   // blocks to ranks across the whole buffer.
@@ -550,8 +585,25 @@ Status comm_start_allreduce(bc_comm *c, const CollArgs &a, bc_request **out) {
     c->progress->submit(req.get());
   }
   if (req->op) ++c->inflight;
+  if (req->op && !req->threaded) c->open.push_back(req.get());
   *out = req.release();
   return BC_OK;
+}
+
+void comm_progress_open(bc_comm *c) {
+  for (bc_request *req : c->open) {
+    if (req->failed || !req->op) continue;
+    bool finished = false;  // a finished operation just says so again when its own bc_test comes
+    const Status st = req->op->progress(&finished);
+    if (st == BC_OK) continue;
+    req->op->cancel();
+    req->failed = true;
+    req->status = st;
+    // Kept without its "code: " head, which BC_FAIL adds back when it is raised.
+    const std::string msg = last_error(), head = std::string(bc_strerror(st)) + ": ";
+    req->error = msg.compare(0, head.size(), head) == 0 ? msg.substr(head.size()) : msg;
+    clear_error();
+  }
 }
 
 namespace {
@@ -583,6 +635,11 @@ Status request_progress(bc_request **reqp, bool block, bool *done) {
     BC_CHECK(comm_check(req->comm));
     st = threaded_progress(req, block, &finished);
     if (finished && st == BC_OK) req->comm->last_stage_seconds = req->stage_seconds;
+  } else if (req->failed) {
+    // Failed while the argument agreement of a later call progressed it.
+    BC_CHECK(comm_check(req->comm));
+    st = BC_FAIL(req->status, "%s", req->error.c_str());
+    comm_mark_broken_on(req->comm, st);
   } else if (req->op) {
     BC_CHECK(comm_check(req->comm));
     st = block ? req->op->wait() : req->op->progress(&finished);
@@ -594,6 +651,8 @@ Status request_progress(bc_request **reqp, bool block, bool *done) {
   }
   if (st != BC_OK || finished) {
     if (counted) --req->comm->inflight;
+    auto &open = req->comm->open;
+    open.erase(std::remove(open.begin(), open.end(), req), open.end());
     req->magic = 0;
     delete req;
     *reqp = nullptr;

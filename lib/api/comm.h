@@ -71,6 +71,11 @@ struct bc_comm {
   // Shared: an operation in flight keeps its plans alive if the cache drops them.
   std::list<std::pair<PlanKey, std::shared_ptr<const bc::Program>>> plans;
   int inflight = 0;  // non-blocking operations not yet completed (by bc_test/bc_wait)
+  // BC_CHECK_ARGS, read at creation: agree on the arguments before each collective (api/argcheck.h).
+  bool check_args = false;
+  // Non-blocking requests in flight that no progress thread drives: the
+  // argument agreement progresses them while it waits (comm_progress_open).
+  std::vector<bc_request *> open;
 
   // BC_PROGRESS_THREAD (lib/api/progress_thread.h). While the thread runs, the
   // mutex guards the transports, the operations and the buffer pools; callers
@@ -92,6 +97,9 @@ struct bc_request {
   std::string error;  // the thread's bc_last_error() text, without its status prefix
   std::vector<double> stage_seconds;
   int device = -1;  // device buffers: the starting thread's CUDA device
+  // Without the thread: failed while another call progressed it
+  // (comm_progress_open); status and error say how, for bc_test/bc_wait.
+  bool failed = false;
   ~bc_request();
 };
 
@@ -144,6 +152,9 @@ struct CollArgs {
 Status comm_run(bc_comm *comm, const CollArgs &args);
 // Non-blocking all-reduce: the operation is returned started.
 Status comm_start_allreduce(bc_comm *comm, const CollArgs &args, bc_request **out);
+// Progresses every open request of `comm` (those no progress thread drives)
+// once, without blocking; a failure is kept in the request for bc_test/bc_wait.
+void comm_progress_open(bc_comm *comm);
 // After a failure of an operation on `comm`: timeouts, transport and MPI errors break it.
 void comm_mark_broken_on(bc_comm *comm, Status st);
 // Progresses a request; *done when finished (then the request is freed and

@@ -1,5 +1,7 @@
 #include "core/params.h"
 
+#include "bc_config.h"  // BC_CHECK_ARGS_DEFAULT
+
 #include <strings.h>
 
 #include <cctype>
@@ -171,6 +173,17 @@ const ParamDef kParamDefs[] = {
      "per peer on this host and polls one UCX worker: microseconds. Below 10ms the checks would "
      "cost more than the waits they interrupt; above a minute a death is no longer reported "
      "promptly."},
+    {ParamId::CheckArgs, "BC_CHECK_ARGS", ParamType::Bool, BC_CHECK_ARGS_DEFAULT ? "1" : "0", nullptr,
+     kParamAnyRange,
+     "1: before every collective the ranks agree on its arguments (collective kind, count, dtype, "
+     "op) in one small MPI all-reduce on the library's private communicator; a disagreement is "
+     "BC_ERR_MISMATCH on every rank, naming the ranks and what each passed, and nothing is sent "
+     "(the communicator stays usable). A rank whose own arguments are refused makes the others "
+     "fail at once too, instead of waiting BC_TIMEOUT. Costs one extra MPI round per call (tens "
+     "of microseconds on one node), so it is off in release builds and on by default in debug "
+     "builds (meson buildtype=debug). 0: no agreement; a mismatch then ends as a size error on "
+     "the ranks that meet the odd messages and BC_ERR_TIMEOUT on those that wait for them "
+     "(docs/FAILURES.md, Argument mismatch)."},
 };
 static_assert(sizeof(kParamDefs) / sizeof(kParamDefs[0]) == static_cast<size_t>(ParamId::Count),
               "one row per ParamId");

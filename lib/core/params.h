@@ -45,6 +45,7 @@ enum class ParamId : int {
   PmpiRoute,        // BC_PMPI_ROUTE
   Liveness,         // BC_LIVENESS
   LivenessInterval, // BC_LIVENESS_INTERVAL
+  CheckArgs,        // BC_CHECK_ARGS
   Count
 };
 

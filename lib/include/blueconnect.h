@@ -58,6 +58,9 @@ typedef enum BC_ENUM_BASE {
   BC_ERR_IN_PROGRESS = 12,    /* bc_test: the operation has not completed yet */
   BC_ERR_PEER_DEAD = 13,      /* a peer's process died (or its host is gone); the
                                  message names it; the communicator is broken */
+  BC_ERR_MISMATCH = 14,       /* ranks passed different count, dtype, op or collective
+                                 (BC_CHECK_ARGS=1): returned on every rank, nothing was
+                                 sent, the communicator stays usable */
   BC_STATUS_COUNT
 } bc_status_t;
 

@@ -232,7 +232,8 @@ bool bad(H handle, H null_handle) {
 
 int mpi_error_class(bc_status_t st) {
   switch (st) {
-    case BC_ERR_INVALID_ARG: return MPI_ERR_ARG;
+    case BC_ERR_INVALID_ARG:
+    case BC_ERR_MISMATCH: return MPI_ERR_ARG;  // ranks disagree on count, datatype or op (BC_CHECK_ARGS)
     case BC_ERR_NO_MEMORY: return MPI_ERR_NO_MEM;
     case BC_ERR_NOT_SUPPORTED:   // the route should have sent it to MPI
     case BC_ERR_NOT_INITIALIZED:

@@ -129,7 +129,10 @@ TEST_CASE("progress thread: a peer that never calls surfaces as a timeout from b
   const int p = world_size(), r = world_rank();
   if (p < 2) return;  // needs a peer that stays away
   bc_comm_t comm = nullptr;
-  if (!create_threaded("BC_TIMEOUT=300ms", &comm)) return;
+  // BC_CHECK_ARGS=0: with the check (a debug build's default) the absent peer
+  // is noticed by bc_iallreduce's argument agreement already, before any
+  // request reaches the thread (tests/mpi/test_mismatch.cc covers that).
+  if (!create_threaded("BC_TIMEOUT=300ms;BC_CHECK_ARGS=0", &comm)) return;
   float a[8] = {0};
   bc_status_t st = BC_OK;
   std::string msg;

@@ -1,0 +1,181 @@
+#include "api/argcheck.h"
+
+#include <sched.h>
+
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/log.h"
+#include "reduce/reduce.h"
+
+namespace bc {
+namespace {
+
+// What one rank passed, as the ranks exchange it once they know they differ.
+struct Signature {
+  int64_t count;
+  int32_t kind;
+  int32_t dtype;
+  int32_t op;      // -1 for allgather, which has none
+  int32_t status;  // this rank's own verdict on its arguments
+};
+
+// The first round: a MAX all-reduce of each field and its negation gives every
+// rank the largest and smallest value of each, so that all of them learn
+// together whether anybody differs, in one small message round.
+constexpr int kFields = 5;
+
+// The buffers of one agreement. On a timeout the MPI request is still posted
+// and MPI may write into them later; they are kept here, reachable, for the
+// life of the process (MPI forbids freeing or cancelling a collective request).
+struct Exchange {
+  int64_t mine[2 * kFields];
+  int64_t extremes[2 * kFields];
+  Signature sig;
+  std::vector<Signature> all;
+  MPI_Request req = MPI_REQUEST_NULL;
+};
+std::mutex g_abandoned_mutex;
+std::vector<std::unique_ptr<Exchange>> g_abandoned;
+
+// Waits for ex->req, progressing the communicator's open requests meanwhile;
+// not when this rank's own arguments were refused (`keep_error`): a request
+// failing now would replace the thread's message, which says what was wrong.
+Status wait_round(bc_comm *c, std::unique_ptr<Exchange> *ex, const char *round, bool keep_error) {
+  using Clock = std::chrono::steady_clock;
+  const int64_t timeout_ms = c->params.get_int(ParamId::Timeout);
+  const int64_t spin = c->params.get_int(ParamId::SpinCount);
+  const Clock::time_point start = Clock::now();
+  for (int64_t polls = 1;; ++polls) {
+    int done = 0;
+    BC_MPI_CHECK(MPI_Test(&(*ex)->req, &done, MPI_STATUS_IGNORE));
+    if (done) return BC_OK;
+    if (!c->progress && !keep_error) comm_progress_open(c);
+    if (polls % spin != 0) continue;
+    sched_yield();
+    const int64_t waited = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
+    if (timeout_ms > 0 && waited > timeout_ms) {
+      std::lock_guard<std::mutex> lock(g_abandoned_mutex);
+      g_abandoned.push_back(std::move(*ex));
+      return BC_FAIL(BC_ERR_TIMEOUT,
+                     "argument agreement (BC_CHECK_ARGS), %s: not every rank of the communicator reached the "
+                     "collective within %lld ms (BC_TIMEOUT)", round, static_cast<long long>(timeout_ms));
+    }
+  }
+}
+
+bool same(const Signature &x, const Signature &y) {
+  return x.count == y.count && x.kind == y.kind && x.dtype == y.dtype && x.op == y.op;
+}
+
+// "0", "1-3", "0,2,5-7" for ranks in increasing order.
+std::string rank_list(const std::vector<int> &ranks) {
+  std::string out;
+  for (size_t i = 0; i < ranks.size();) {
+    size_t j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+    if (!out.empty()) out += ",";
+    out += std::to_string(ranks[i]);
+    if (j > i) out += "-" + std::to_string(ranks[j]);
+    i = j + 1;
+  }
+  return out;
+}
+
+// "rank 0 passed allreduce count 500 int32 sum; ranks 1-3 passed allreduce
+// count 1000 int32 sum": the distinct signatures, in order of their first rank.
+std::string describe_groups(const std::vector<Signature> &all) {
+  constexpr size_t kMaxGroups = 6;  // the message stays readable (and under 1 KiB) at any size
+  std::vector<std::pair<Signature, std::vector<int>>> groups;
+  for (int r = 0; r < static_cast<int>(all.size()); ++r) {
+    bool found = false;
+    for (auto &g : groups)
+      if (same(g.first, all[r])) {
+        g.second.push_back(r);
+        found = true;
+        break;
+      }
+    if (!found) groups.push_back({all[r], {r}});
+  }
+  std::string out;
+  for (size_t i = 0; i < groups.size() && i < kMaxGroups; ++i) {
+    const auto &g = groups[i];
+    if (!out.empty()) out += "; ";
+    out += (g.second.size() == 1 ? "rank " : "ranks ") + rank_list(g.second) + " passed " +
+           args_describe(g.first.kind, g.first.count, g.first.dtype, g.first.op);
+  }
+  if (groups.size() > kMaxGroups) out += "; and " + std::to_string(groups.size() - kMaxGroups) + " more groups";
+  return out;
+}
+
+}  // namespace
+
+std::string args_describe(int kind, int64_t count, int dtype, int op) {
+  static const char *kinds[] = {"allreduce", "reduce_scatter", "allgather"};
+  std::string s = kind >= 0 && kind < 3 ? kinds[kind] : "collective " + std::to_string(kind);
+  s += kind == static_cast<int>(CollKind::ReduceScatter) ? " recvcount " : " count ";
+  s += std::to_string(count) + " ";
+  s += dtype_is_valid(static_cast<bc_dtype_t>(dtype)) ? bc_dtype_name(static_cast<bc_dtype_t>(dtype))
+                                                      : "dtype " + std::to_string(dtype);
+  if (op >= 0 && op < BC_OP_COUNT) s += std::string(" ") + bc_op_name(static_cast<bc_op_t>(op));
+  else if (op != -1) s += " op " + std::to_string(op);
+  return s;
+}
+
+Status args_agree(bc_comm *c, const CollArgs &a, Status local) {
+  std::unique_ptr<Exchange> ex(new Exchange);
+  Signature &s = ex->sig;
+  s.count = a.count;
+  s.kind = static_cast<int32_t>(a.kind);
+  s.dtype = static_cast<int32_t>(a.dtype);
+  s.op = a.kind == CollKind::Allgather ? -1 : static_cast<int32_t>(a.op);
+  s.status = static_cast<int32_t>(local);
+  // INT64_MIN (a refused count) would not negate: INT64_MIN + 1 stands for it in this round.
+  const int64_t count = s.count == INT64_MIN ? INT64_MIN + 1 : s.count;
+  const int64_t fields[kFields] = {count, s.kind, s.dtype, s.op, s.status != BC_OK ? 1 : 0};
+  for (int i = 0; i < kFields; ++i) {
+    ex->mine[2 * i] = fields[i];
+    ex->mine[2 * i + 1] = -fields[i];
+  }
+  BC_MPI_CHECK(MPI_Iallreduce(ex->mine, ex->extremes, 2 * kFields, MPI_INT64_T, MPI_MAX, c->mpi, &ex->req));
+  BC_CHECK(wait_round(c, &ex, "first round", local != BC_OK));
+  bool agree = true;
+  for (int i = 0; i < kFields; ++i) agree = agree && ex->extremes[2 * i] == -ex->extremes[2 * i + 1];
+  const bool anyone_refused = ex->extremes[2 * (kFields - 1)] != 0;
+  if (agree && !anyone_refused) return BC_OK;
+  if (local != BC_OK && agree) return local;  // everybody refused the same call: its own message is the best
+
+  // Somebody differs: every rank learns what each passed (only now, so the
+  // common case pays one round).
+  ex->all.resize(c->size);
+  BC_MPI_CHECK(MPI_Iallgather(&ex->sig, sizeof(Signature), MPI_BYTE, ex->all.data(), sizeof(Signature), MPI_BYTE,
+                              c->mpi, &ex->req));
+  BC_CHECK(wait_round(c, &ex, "second round", local != BC_OK));
+  const std::vector<Signature> &all = ex->all;
+  if (local != BC_OK) {
+    // Keep this rank's own message, which says what was wrong, and add who else differs.
+    if (!agree) BC_LOG(LogLevel::Debug, LogSys::Api, "arguments also differ: %s", describe_groups(all).c_str());
+    return local;
+  }
+  std::vector<int> refused;
+  Status code = BC_OK;
+  for (int r = 0; r < c->size; ++r)
+    if (all[r].status != BC_OK) {
+      if (code == BC_OK) code = static_cast<Status>(all[r].status);
+      refused.push_back(r);
+    }
+  if (!refused.empty()) {
+    const std::string who = (refused.size() == 1 ? "rank " : "ranks ") + rank_list(refused);
+    return BC_FAIL(code, "%s refused %s own arguments (%s; see that rank's message); the ranks passed: %s. "
+                   "Nothing was sent (BC_CHECK_ARGS)",
+                   who.c_str(), refused.size() == 1 ? "its" : "their", bc_strerror(code), describe_groups(all).c_str());
+  }
+  return BC_FAIL(BC_ERR_MISMATCH, "%s. Nothing was sent; the communicator stays usable (BC_CHECK_ARGS)",
+                 describe_groups(all).c_str());
+}
+
+}  // namespace bc
