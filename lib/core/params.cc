@@ -103,13 +103,13 @@ const ParamDef kParamDefs[] = {
     {ParamId::PipelineDepth, "BC_PIPELINE_DEPTH", ParamType::Int, "4", nullptr, {1, 1024, nullptr},
      "All-reduce pipelining: chunks in flight at once. Each one in flight holds its own "
      "scratch buffer and posted messages; beyond 1024 that costs more than it overlaps."},
-    {ParamId::Plan, "BC_PLAN", ParamType::String, "-32K:shape=leader,top=rd", nullptr, kParamAnyRange,
+    {ParamId::Plan, "BC_PLAN", ParamType::String, "-32K:shape=leader,top=all", nullptr, kParamAnyRange,
      "Plan per message size, overriding the built-in choice: '|'-separated rules "
      "'MIN-MAX:shape=split|leader|flat,algo=auto|ring|rhd|direct[/...],top=rd|all|split,chunk=BYTES,depth=N' (bytes of the "
      "whole buffer, MAX excluded, either side optional; first match wins), e.g. "
      "'-32K:shape=leader,algo=direct|32K-:chunk=4M'. Unset settings come from BC_ALGO, BC_CHUNK, "
-     "BC_PIPELINE_DEPTH. The default sends buffers under 32 KiB through node leaders and recursive "
-     "doubling (fewest steps); larger ones take BlueConnect's split. BC_PLAN= (empty) means the "
+     "BC_PIPELINE_DEPTH. The default sends buffers under 32 KiB through node leaders and one "
+     "exchange among them (top=all: one step, the fewest rounds); larger ones take BlueConnect's split. BC_PLAN= (empty) means the "
      "split for every size. With a cost model (BC_MODEL) the default rules give way to the "
      "model's choice; rules set here still override it."},
     {ParamId::Model, "BC_MODEL", ParamType::Enum, "auto", "auto|calibrate|off", kParamAnyRange,
