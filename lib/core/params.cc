@@ -179,8 +179,8 @@ const ParamDef kParamDefs[] = {
      "op) in one small MPI all-reduce on the library's private communicator; a disagreement is "
      "BC_ERR_MISMATCH on every rank, naming the ranks and what each passed, and nothing is sent "
      "(the communicator stays usable). A rank whose own arguments are refused makes the others "
-     "fail at once too, instead of waiting BC_TIMEOUT. Costs one extra MPI round per call (tens "
-     "of microseconds on one node), so it is off in release builds and on by default in debug "
+     "fail at once too, instead of waiting BC_TIMEOUT. Costs one extra MPI round per call (4 us "
+     "to hundreds of us on one node, by rank count and load), so it is off in release builds and on by default in debug "
      "builds (meson buildtype=debug). 0: no agreement; a mismatch then ends as a size error on "
      "the ranks that meet the odd messages and BC_ERR_TIMEOUT on those that wait for them "
      "(docs/FAILURES.md, Argument mismatch)."},
