@@ -38,6 +38,19 @@ inline bool everywhere(bool ok, MPI_Comm comm = MPI_COMM_WORLD) {
 
 // Element values are small integers ("logical" values), exact in every dtype,
 // so any reduction order gives the same bits.
+// Rank 0 gets every rank's `line` (cut to max_len), one per row in rank
+// order, for a report of what each rank saw; other ranks get "".
+inline std::string gather_lines(std::string line, size_t max_len = 600) {
+  line.resize(max_len, '\0');
+  std::vector<char> all(max_len * static_cast<size_t>(world_size()));
+  MPI_Gather(line.data(), static_cast<int>(max_len), MPI_CHAR, all.data(), static_cast<int>(max_len), MPI_CHAR, 0,
+             MPI_COMM_WORLD);
+  std::string out;
+  if (world_rank() != 0) return out;
+  for (int k = 0; k < world_size(); ++k) out += "\n  " + std::string(all.data() + static_cast<size_t>(k) * max_len);
+  return out;
+}
+
 inline uint16_t small_int_to_half(int64_t v) {
   if (v == 0) return 0;
   uint16_t sign = v < 0 ? 0x8000 : 0;

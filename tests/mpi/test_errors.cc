@@ -153,12 +153,7 @@ std::string all_ranks(const Seen &s) {
   if (s.st == BC_OK) line += s.right ? " (right)" : " (WRONG DATA)";
   if (!s.guards) line += " (GUARDS BROKEN)";
   if (!s.msg.empty()) line += ": " + s.msg.substr(0, s.msg.find('\n'));
-  line.resize(kLine, '\0');
-  std::vector<char> all(static_cast<size_t>(kLine) * world_size());
-  MPI_Gather(line.data(), kLine, MPI_CHAR, all.data(), kLine, MPI_CHAR, 0, MPI_COMM_WORLD);
-  std::string out;
-  for (int k = 0; k < world_size(); ++k) out += "\n  " + std::string(all.data() + static_cast<size_t>(k) * kLine);
-  return out;
+  return gather_lines(line, kLine);
 }
 
 }  // namespace

@@ -46,12 +46,7 @@ std::string all_ranks(const Outcome &o) {
   if (o.st == BC_OK) line += o.right ? " (right)" : " (WRONG DATA)";
   if (!o.guards) line += " (GUARDS BROKEN)";
   if (!o.msg.empty()) line += ": " + o.msg.substr(0, o.msg.find('\n'));
-  line.resize(kLine, '\0');
-  std::vector<char> all(static_cast<size_t>(kLine) * world_size());
-  MPI_Gather(line.data(), kLine, MPI_CHAR, all.data(), kLine, MPI_CHAR, 0, MPI_COMM_WORLD);
-  std::string out;
-  for (int k = 0; k < world_size(); ++k) out += "\n  " + std::string(all.data() + static_cast<size_t>(k) * kLine);
-  return out;
+  return gather_lines(line, kLine);
 }
 
 void report(const std::string &title, const std::string &lines) {
