@@ -49,6 +49,7 @@ std::string ShmTransport::describe(const Peer &p, const Op &op) const {
 void ShmTransport::progress(Peer &p) {
   if (!p.queued.empty()) publish(p);
   if (!p.sending.empty()) advance_sends(p);
+  if (p.out_eager && (!p.unmatched.empty() || !p.streaming.empty())) check_eager_refusals(p);
   if (!p.broken.empty()) {
     fail_receives(p);
     return;
@@ -167,6 +168,26 @@ void ShmTransport::advance_sends(Peer &p) {
     } else {
       ++i;
     }
+  }
+}
+
+// An eager send completed when it was published, so a receiver that refuses
+// it (a size mismatch) cannot fail it. While this rank waits for the peer, it
+// looks for such a refusal in its eager slots: nothing more from that peer
+// will come (it failed), so the receives fail now, naming the cause, instead
+// of waiting for BC_TIMEOUT. Eight loads of lines the peer rarely writes.
+void ShmTransport::check_eager_refusals(Peer &p) {
+  for (uint32_t i = 0; i < kEagerSlots; ++i) {
+    std::atomic<uint64_t> &state = p.out->desc[i].state;
+    if (desc_state(state.load(kAcquire)) != kRefused) continue;
+    // A plain send that took an eager slot is advance_sends' to fail.
+    if (std::any_of(p.sending.begin(), p.sending.end(), [&](uint32_t id) { return ops_[id].slot == static_cast<int>(i); }))
+      continue;
+    state.store(kFree, kRelease);
+    ++events_;
+    if (p.broken.empty())
+      p.broken = "shm transport: rank " + std::to_string(p.rank) +
+                 " refused a message of this rank's (its size; the receiver refused it, see its error)";
   }
 }
 

@@ -99,6 +99,7 @@ class ShmTransport final : public Transport {
   void publish(Peer &p);
   int free_slot(Peer &p, bool eager);
   void advance_sends(Peer &p);
+  void check_eager_refusals(Peer &p);
   void stream_out(Peer &p, Op &op);
   void scan_offers(Peer &p);
   void match(Peer &p);
