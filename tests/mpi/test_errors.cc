@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "harness.h"
+#include "transport_comm.h"
 
 using namespace bctest;
 
@@ -190,14 +191,9 @@ TEST_CASE("a rank that disagrees on count or dtype gets a size error, never wron
     // would refuse these calls before any message (tests/mpi/test_mismatch.cc).
     const std::string options = std::string("BC_TRANSPORT=") + transport + ";BC_TIMEOUT=3s;BC_CHECK_ARGS=0";
     for (const Fault &f : faults) {
-      bc_comm_t comm = nullptr;
-      const bc_status_t created = bc_comm_create_with(MPI_COMM_WORLD, options.c_str(), &comm);
-      if (everywhere(created == BC_ERR_NOT_SUPPORTED)) {
-        WARN("BC_TRANSPORT=" << transport << " is not available here: skipped");
-        break;
-      }
-      INFO(options << ": " << bc_last_error());
-      REQUIRE(everywhere(created == BC_OK));
+      bc_comm_t comm = create_on_transport(options, transport);
+      if (!comm) break;
+      INFO(options);
       const Seen s = r == 0 ? disagreeing_allreduce(comm, f.dtype0, f.count0)
                             : disagreeing_allreduce(comm, f.dtype, f.count);
       const std::string report = all_ranks(s);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "harness.h"
+#include "transport_comm.h"
 
 using namespace bctest;
 
@@ -165,14 +166,9 @@ TEST_CASE("with BC_CHECK_ARGS=1 every rank reports a mismatch at once, naming th
   };
   for (const std::string &transport : transports_to_try()) {
     const std::string options = "BC_TRANSPORT=" + transport + ";BC_CHECK_ARGS=1;BC_TIMEOUT=60s";
-    bc_comm_t comm = nullptr;
-    const bc_status_t created = bc_comm_create_with(MPI_COMM_WORLD, options.c_str(), &comm);
-    if (everywhere(created == BC_ERR_NOT_SUPPORTED)) {
-      WARN("BC_TRANSPORT=" << transport << " is not available here: skipped");
-      continue;
-    }
-    INFO(options << ": " << bc_last_error());
-    REQUIRE(everywhere(created == BC_OK));
+    bc_comm_t comm = create_on_transport(options, transport);
+    if (!comm) continue;
+    INFO(options);
     for (const Fault &f : faults) {
       const bool odd = f.last ? r == p - 1 : r == 0;
       const Outcome o = run_call(comm, odd ? f.odd : f.common);
@@ -244,13 +240,8 @@ TEST_CASE("with BC_CHECK_ARGS=0 a mismatch is a size error or a timeout, never w
   for (const std::string &transport : transports_to_try()) {
     const std::string options = "BC_TRANSPORT=" + transport + ";BC_CHECK_ARGS=0;BC_TIMEOUT=1s";
     for (const Fault &f : faults) {
-      bc_comm_t comm = nullptr;
-      const bc_status_t created = bc_comm_create_with(MPI_COMM_WORLD, options.c_str(), &comm);
-      if (everywhere(created == BC_ERR_NOT_SUPPORTED)) {
-        WARN("BC_TRANSPORT=" << transport << " is not available here: skipped");
-        break;
-      }
-      REQUIRE(everywhere(created == BC_OK));
+      bc_comm_t comm = create_on_transport(options, transport);
+      if (!comm) break;
       const Outcome o = run_call(comm, r == 0 ? f.odd : base);
       const std::string lines = all_ranks(o);
       report("BC_CHECK_ARGS=0 BC_TRANSPORT=" + transport + " np " + std::to_string(p) + ", " + f.what, lines);
