@@ -9,7 +9,6 @@
 
 #include "core/log.h"
 #include "cuda/cuda_rt.h"
-#include "sched/liveness.h"
 
 namespace bc {
 
@@ -108,10 +107,7 @@ bool ProgressThread::pass(bool check_timeouts) {
         if (a.idle.moved(a.req->op->completions())) {
           moved = true;
         } else if (check_timeouts) {
-          // The same policy as Operation::wait: peers' liveness while still, then the timeout.
-          const Liveness *l = a.req->op->context().liveness;
-          if (l && l->enabled() && a.idle.liveness_due(l->interval_ms())) st = a.req->op->check_peers();
-          if (st == BC_OK && a.idle.timed_out()) st = a.req->op->fail_timeout();
+          st = a.req->op->check_still(&a.idle);
         }
       }
     } catch (const std::bad_alloc &) {

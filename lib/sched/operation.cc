@@ -183,6 +183,14 @@ Status Operation::check_peers(const char *cause) {
   return fail_dead(cause);
 }
 
+Status Operation::check_still(IdleTracker *idle) {
+  const Liveness *l = ctx_.liveness;
+  Status st = BC_OK;
+  if (l && l->enabled() && idle->liveness_due(l->interval_ms())) st = check_peers();
+  if (st == BC_OK && idle->timed_out()) st = fail_timeout();
+  return st;
+}
+
 Status Operation::explain_failure(Status st) {
   const std::string cause = last_error();
   cancel();
@@ -217,8 +225,8 @@ Status Operation::wait() {
     } else {
       sched_yield();
     }
-    if (every > 0 && idle.liveness_due(every)) BC_CHECK(check_peers());
-    if (idle.timed_out()) return fail_timeout();
+    const Status still = check_still(&idle);
+    if (still != BC_OK) return still;
   }
 }
 

@@ -92,6 +92,9 @@ class Operation {
   // cancels, and when a peer turns out dead (it may take the watch a moment
   // after the transport noticed) fails with BC_ERR_PEER_DEAD instead.
   Status explain_failure(Status st);
+  // After a poll where nothing moved: the peers' liveness when due, then the
+  // timeout. The one policy of wait() and the progress thread.
+  Status check_still(IdleTracker *idle);
   const ExecContext &context() const { return ctx_; }
   // Seconds per stage, summed over chunks (chunks overlap, so the sum can
   // exceed the wall time).

@@ -63,6 +63,26 @@ void ShmTransport::progress(Peer &p) {
 
 // ---- sender side ----
 
+// Frees slot `slot` when the receiver gave up on a message whose send had
+// already completed here (copy mode, eager): nobody else frees it. A refusal
+// (a size mismatch) also marks the channel: that peer failed and sends
+// nothing more, so the receives waiting on it fail now, naming the cause,
+// instead of at BC_TIMEOUT. A send still in flight there is advance_sends'.
+bool ShmTransport::reclaim_given_up(Peer &p, uint32_t slot) {
+  std::atomic<uint64_t> &state = p.out->desc[slot].state;
+  const uint64_t st = desc_state(state.load(kAcquire));  // the receiver's last reads of this slot are done
+  if (st != kRecvCancel && st != kRefused) return false;
+  if (std::any_of(p.sending.begin(), p.sending.end(), [&](uint32_t id) { return ops_[id].slot == static_cast<int>(slot); }))
+    return false;
+  state.store(kFree, kRelaxed);
+  if (st == kRefused && p.broken.empty()) {
+    ++events_;
+    p.broken = "shm transport: rank " + std::to_string(p.rank) +
+               " refused a message of this rank's (its size; the receiver refused it, see its error)";
+  }
+  return true;
+}
+
 // A free desc slot, or -1. Eager messages need one of the first kEagerSlots
 // (those have an inline area); other messages take the rest first, so that a
 // burst of large offers leaves the eager slots to the small ones.
@@ -71,16 +91,7 @@ int ShmTransport::free_slot(Peer &p, bool eager) {
   const uint32_t count = eager ? kEagerSlots : kDescSlots;
   for (uint32_t k = 0; k < count; ++k) {
     const uint32_t slot = eager ? k : k < kPlain ? kEagerSlots + (p.free_hint + k) % kPlain : k - kPlain;
-    std::atomic<uint64_t> &state = p.out->desc[slot].state;
-    const uint64_t w = state.load(kAcquire);  // the receiver's last reads of this slot are done
-    bool reclaim = w == kFree;
-    if (!reclaim && (desc_state(w) == kRecvCancel || desc_state(w) == kRefused)) {
-      // Given up after my send had completed locally (copy mode, eager): nobody else frees it.
-      reclaim = std::none_of(p.sending.begin(), p.sending.end(),
-                             [&](uint32_t id) { return ops_[id].slot == static_cast<int>(slot); });
-      if (reclaim) state.store(kFree, kRelaxed);
-    }
-    if (reclaim) {
+    if (p.out->desc[slot].state.load(kAcquire) == kFree || reclaim_given_up(p, slot)) {
       if (slot >= kEagerSlots) p.free_hint = (slot - kEagerSlots + 1) % kPlain;
       return static_cast<int>(slot);
     }
@@ -172,23 +183,11 @@ void ShmTransport::advance_sends(Peer &p) {
 }
 
 // An eager send completed when it was published, so a receiver that refuses
-// it (a size mismatch) cannot fail it. While this rank waits for the peer, it
-// looks for such a refusal in its eager slots: nothing more from that peer
-// will come (it failed), so the receives fail now, naming the cause, instead
-// of waiting for BC_TIMEOUT. Eight loads of lines the peer rarely writes.
+// it cannot fail it: while this rank waits for the peer, it looks for such a
+// refusal in its eager slots (reclaim_given_up). Eight loads of lines the peer
+// rarely writes.
 void ShmTransport::check_eager_refusals(Peer &p) {
-  for (uint32_t i = 0; i < kEagerSlots; ++i) {
-    std::atomic<uint64_t> &state = p.out->desc[i].state;
-    if (desc_state(state.load(kAcquire)) != kRefused) continue;
-    // A plain send that took an eager slot is advance_sends' to fail.
-    if (std::any_of(p.sending.begin(), p.sending.end(), [&](uint32_t id) { return ops_[id].slot == static_cast<int>(i); }))
-      continue;
-    state.store(kFree, kRelease);
-    ++events_;
-    if (p.broken.empty())
-      p.broken = "shm transport: rank " + std::to_string(p.rank) +
-                 " refused a message of this rank's (its size; the receiver refused it, see its error)";
-  }
+  for (uint32_t i = 0; i < kEagerSlots; ++i) reclaim_given_up(p, i);
 }
 
 // ---- receiver side ----

@@ -100,6 +100,7 @@ class ShmTransport final : public Transport {
   int free_slot(Peer &p, bool eager);
   void advance_sends(Peer &p);
   void check_eager_refusals(Peer &p);
+  bool reclaim_given_up(Peer &p, uint32_t slot);
   void stream_out(Peer &p, Op &op);
   void scan_offers(Peer &p);
   void match(Peer &p);
