@@ -64,7 +64,7 @@ bool make_dirs(const std::string &dir, std::string *why) {
 bool dir_ok(const std::string &dir, std::string *why) {
   struct stat st;
   if (stat(dir.c_str(), &st) != 0) {
-    *why = dir + ": " + std::strerror(errno);
+    *why = errno == ENOENT ? "no cached model" : dir + ": " + std::strerror(errno);
     return false;
   }
   if (!S_ISDIR(st.st_mode)) {
