@@ -212,6 +212,7 @@ Status api_finalize() {
     m->magic = 0;
     delete m;
   }
+  transports_release_idle();
   return BC_OK;
 }
 
