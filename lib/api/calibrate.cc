@@ -331,11 +331,15 @@ void write_file(const std::string &path, const std::string &text) {
 
 }  // namespace
 
+bool model_is_local(const bc_comm *c) {
+  const std::string &mode = c->params.get_str(ParamId::Model);
+  return mode == "off" || c->hier.stages.empty() || (mode == "auto" && !spans_nodes(c));
+}
+
 Status model_setup(bc_comm *c) {
   c->model = CostModel();
+  if (model_is_local(c)) return BC_OK;
   const std::string mode = c->params.get_str(ParamId::Model);
-  if (mode == "off" || c->hier.stages.empty()) return BC_OK;
-  if (mode == "auto" && !spans_nodes(c)) return BC_OK;
   const std::string path = c->params.get_str(ParamId::ModelFile);
   const std::string signature = model_signature(c->hier);
   if (!path.empty()) {

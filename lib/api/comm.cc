@@ -145,7 +145,9 @@ Status comm_setup(bc_comm *c, double dup_ms) {
   if (c->rank == 0 && log_enabled(LogLevel::Info, LogSys::Plan))
     BC_INFO(Plan, "%s", c->hier.describe(c->size * 1024, 4).c_str());
   const auto t2 = std::chrono::steady_clock::now();
-  BC_CHECK(agree(c->mpi, model_setup(c), "cost model"));
+  // On one node the model is off and model_setup is local: no agreement needed.
+  if (model_is_local(c)) BC_CHECK(model_setup(c));
+  else BC_CHECK(agree(c->mpi, model_setup(c), "cost model"));
   const double model_ms = ms_since(t2);
   if (c->params.get_int(ParamId::ProgressThread)) BC_CHECK(agree(c->mpi, progress_setup(c), "BC_PROGRESS_THREAD"));
   if (c->rank == 0 && log_enabled(LogLevel::Info, LogSys::Init)) {
