@@ -278,10 +278,14 @@ Status model_from_cache(bc_comm *c, const std::string &key, const std::string &s
     auto it = g_models.find(key);
     if (it != g_models.end()) text = it->second;
   }
-  int have = text.empty() ? 0 : 1, everyone = 0;
-  BC_MPI_CHECK(MPI_Allreduce(&have, &everyone, 1, MPI_INT, MPI_MIN, c->mpi));
-  if (!everyone) return BC_OK;
-  BC_CHECK(bcast_text(c, &text));
+  // One allreduce says whether every rank has a model and whether all hold the
+  // same text (the usual case: they took rank 0's last time); only when they
+  // differ does rank 0's text travel.
+  const uint64_t h = text.empty() ? 0 : fnv1a(text);
+  uint64_t mine[3] = {text.empty() ? 1u : 0u, h, ~h}, most[3] = {0, 0, 0};
+  BC_MPI_CHECK(MPI_Allreduce(mine, most, 3, MPI_UINT64_T, MPI_MAX, c->mpi));
+  if (most[0] != 0) return BC_OK;  // someone has none
+  if (most[1] != ~most[2]) BC_CHECK(bcast_text(c, &text));  // max != min: they differ
   bool matches = false;
   BC_CHECK(model_parse(text, signature, &c->model, &matches));
   if (!matches) return BC_FAIL(BC_ERR_INTERNAL, "the cached cost model does not match its layout %s", signature.c_str());
