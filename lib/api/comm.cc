@@ -61,7 +61,7 @@ Status select_transports(bc_comm *c) {
       // never started.
       bool needed = true;
       BC_CHECK(someone_unreached(c, &needed));
-      if (!needed) continue;
+      if (!needed) break;  // nor any later one: the transports so far reach every peer
     }
     std::unique_ptr<Transport> t;
     Status st = kind.create(setup, &t);
