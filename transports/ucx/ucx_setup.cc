@@ -198,8 +198,12 @@ void worker_stop(UcxWorker *w) {
     std::memset(&param, 0, sizeof param);
     param.op_attr_mask = UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
     void *r = ucp_tag_msg_recv_nbx(w->worker, w->sinks.back().data(), info.length, msg, &param);
-    if (UCS_PTR_IS_PTR(r)) ucp_request_free(r);
+    if (UCS_PTR_IS_PTR(r)) w->drains.push_back(r);
   }
+  // Drained rendezvous receives need the network (or a cma read) to finish,
+  // and ucp_worker_destroy must not find them pending: progress them, within
+  // one bound (a read from a process that is gone fails at once).
+  finish_requests(w, &w->drains, 500);
   std::vector<void *> closing;
   for (auto &e : w->all_eps) {
     if (!e->ep) continue;
@@ -212,8 +216,9 @@ void worker_stop(UcxWorker *w) {
     e->ep = nullptr;
     if (UCS_PTR_IS_PTR(r)) closing.push_back(r);
   }
-  // Forced closes need no answer from the peer; ucp_worker_destroy finishes them.
-  for (void *r : closing) ucp_request_free(r);
+  // Forced closes need no answer from the peer; progress lets UCX purge what
+  // was still queued on them before ucp_worker_destroy (bounded).
+  finish_requests(w, &closing, 200);
   if (w->worker) ucp_worker_destroy(w->worker);
   if (w->context) ucp_cleanup(w->context);
   w->worker = nullptr;
@@ -221,6 +226,7 @@ void worker_stop(UcxWorker *w) {
   w->eps.clear();
   w->all_eps.clear();
   w->sinks.clear();
+  w->drains.clear();
 }
 
 // This process's worker for these settings, started on first use; counts a
@@ -576,10 +582,14 @@ void UcxTransport::drain_unexpected() {
     param.op_attr_mask = UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
     void *r = ucp_tag_msg_recv_nbx(worker_, w_->sinks.back().data(), info.length, msg, &param);
     if (!UCS_PTR_IS_PTR(r)) continue;
-    // An eager message is copied at once; a rendezvous one would need the
-    // network, so its sink stays until the worker is gone.
-    if (ucp_request_check_status(r) != UCS_INPROGRESS) w_->sinks.pop_back();
-    ucp_request_free(r);
+    // An eager message is copied at once; a rendezvous one needs the network,
+    // so its sink and request stay until the worker finishes them (worker_stop).
+    if (ucp_request_check_status(r) != UCS_INPROGRESS) {
+      w_->sinks.pop_back();
+      ucp_request_free(r);
+    } else {
+      w_->drains.push_back(r);
+    }
   }
 }
 

@@ -140,8 +140,11 @@ struct UcxWorker {
   std::vector<std::unique_ptr<UcxSharedEp>> all_eps;
   std::bitset<kCommIds> in_use, quarantined;
   std::deque<int> recent;  // ids released lately: reported busy, so reused last
-  // Receive buffers of drained rendezvous messages UCX may still write into.
+  // Receive buffers of drained rendezvous messages UCX may still write into,
+  // and those receives while in progress: the worker must not be destroyed
+  // under them (a same-node cma endpoint asserts that nothing is pending).
   std::vector<std::vector<unsigned char>> sinks;
+  std::vector<void *> drains;
 };
 
 class UcxTransport final : public Transport {
