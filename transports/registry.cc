@@ -13,4 +13,6 @@ const std::vector<TransportKind> &transport_kinds() {
   return kinds;
 }
 
+void transports_release_idle() { ucx_release_idle(); }
+
 }  // namespace bc

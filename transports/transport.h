@@ -95,4 +95,10 @@ Status shm_transport_create(const TransportSetup &setup, std::unique_ptr<Transpo
 Status ucx_transport_create(const TransportSetup &setup, std::unique_ptr<Transport> *out);
 Status mpi_transport_create(const TransportSetup &setup, std::unique_ptr<Transport> *out);
 
+// What transports keep between communicators (UCX's context, worker and
+// connections: ucx_transport.h) is released here once no communicator uses
+// it. bc_finalize calls it.
+void transports_release_idle();
+void ucx_release_idle();
+
 }  // namespace bc

@@ -21,7 +21,9 @@
 // A process keeps the models it calibrated, by layout and hosts: a later
 // communicator with the same layout on the same hosts (frameworks create
 // groups freely) takes rank 0's copy instead of calibrating again (about
-// 0.8 s on the simulated 4-node cluster).
+// 0.8 s on the simulated 4-node cluster). Across jobs, rank 0 keeps them in
+// the per-user cache (model_cache.h, BC_MODEL_CACHE) and a later job with the
+// same layout on the same hosts loads them from there.
 #include <mpi.h>
 
 #include <algorithm>
@@ -35,6 +37,7 @@
 #include <unistd.h>
 
 #include "api/comm.h"
+#include "api/model_cache.h"
 #include "core/hash.h"
 #include "core/log.h"
 #include "sched/operation.h"
@@ -247,8 +250,9 @@ Status read_shared(bc_comm *c, const std::string &path, std::string *text) {
 std::mutex g_models_mutex;
 std::map<std::string, std::string> g_models;
 
-// The model's layout signature and a hash of every rank's host name, in rank
-// order: equal keys mean the same hierarchy over the same hosts. Collective.
+// The model's layout signature, the transports and a hash of every rank's host
+// name, in rank order: equal keys mean the same hierarchy over the same hosts
+// and the same networks. Collective.
 Status model_cache_key(bc_comm *c, const std::string &signature, std::string *key) {
   char host[256] = "";
   gethostname(host, sizeof host - 1);
@@ -256,7 +260,10 @@ Status model_cache_key(bc_comm *c, const std::string &signature, std::string *ke
   std::vector<uint64_t> all(static_cast<size_t>(c->size));
   BC_MPI_CHECK(MPI_Allgather(&mine, 1, MPI_UINT64_T, all.data(), 1, MPI_UINT64_T, c->mpi));
   std::ostringstream os;
-  os << signature;
+  // The transports the fits were measured over: BC_TRANSPORT=mpi measures
+  // another network than auto on the same hosts.
+  os << signature << " t=";
+  for (size_t i = 0; i < c->transports.size(); ++i) os << (i ? "," : "") << c->transports[i]->name();
   for (uint64_t h : all) os << ' ' << std::hex << h;
   *key = os.str();
   return BC_OK;
@@ -273,14 +280,46 @@ Status model_from_cache(bc_comm *c, const std::string &key, const std::string &s
     auto it = g_models.find(key);
     if (it != g_models.end()) text = it->second;
   }
-  int have = text.empty() ? 0 : 1, everyone = 0;
-  BC_MPI_CHECK(MPI_Allreduce(&have, &everyone, 1, MPI_INT, MPI_MIN, c->mpi));
-  if (!everyone) return BC_OK;
-  BC_CHECK(bcast_text(c, &text));
+  // One allreduce says whether every rank has a model and whether all hold the
+  // same text (the usual case: they took rank 0's last time); only when they
+  // differ does rank 0's text travel.
+  const uint64_t h = text.empty() ? 0 : fnv1a(text);
+  uint64_t mine[3] = {text.empty() ? 1u : 0u, h, ~h}, most[3] = {0, 0, 0};
+  BC_MPI_CHECK(MPI_Allreduce(mine, most, 3, MPI_UINT64_T, MPI_MAX, c->mpi));
+  if (most[0] != 0) return BC_OK;  // someone has none
+  if (most[1] != ~most[2]) BC_CHECK(bcast_text(c, &text));  // max != min: they differ
   bool matches = false;
   BC_CHECK(model_parse(text, signature, &c->model, &matches));
   if (!matches) return BC_FAIL(BC_ERR_INTERNAL, "the cached cost model does not match its layout %s", signature.c_str());
   c->model.source = "calibrated earlier in this process";
+  *found = true;
+  return BC_OK;
+}
+
+// The per-user cache across jobs (model_cache.h): rank 0 reads and checks the
+// file, everyone gets its text, and a model found there also goes into the
+// process cache. Collective.
+Status model_from_file_cache(bc_comm *c, const std::string &key, const std::string &signature, bool *found) {
+  *found = false;
+  if (c->params.get_str(ParamId::ModelCache) != "on") return BC_OK;
+  const std::string dir = model_cache_dir(c->params);
+  std::string text;
+  if (c->rank == 0) {
+    std::string why;
+    text = model_cache_load(dir, key, signature, c->params.get_int(ParamId::ModelCacheAge), &why);
+    // A missing file is the ordinary first run; anything else is worth a line.
+    if (text.empty() && why != "no cached model") BC_INFO(Plan, "BC_MODEL_CACHE: not used: %s", why.c_str());
+  }
+  BC_CHECK(bcast_text(c, &text));
+  if (text.empty()) return BC_OK;
+  bool matches = false;
+  BC_CHECK(model_parse(text, signature, &c->model, &matches));
+  if (!matches) return BC_FAIL(BC_ERR_INTERNAL, "the cached cost model does not match its layout %s", signature.c_str());
+  c->model.source = "cache " + model_cache_path(dir, key);
+  {
+    std::lock_guard<std::mutex> lock(g_models_mutex);
+    g_models[key] = text;
+  }
   *found = true;
   return BC_OK;
 }
@@ -298,11 +337,15 @@ void write_file(const std::string &path, const std::string &text) {
 
 }  // namespace
 
+bool model_is_local(const bc_comm *c) {
+  const std::string &mode = c->params.get_str(ParamId::Model);
+  return mode == "off" || c->hier.stages.empty() || (mode == "auto" && !spans_nodes(c));
+}
+
 Status model_setup(bc_comm *c) {
   c->model = CostModel();
+  if (model_is_local(c)) return BC_OK;
   const std::string mode = c->params.get_str(ParamId::Model);
-  if (mode == "off" || c->hier.stages.empty()) return BC_OK;
-  if (mode == "auto" && !spans_nodes(c)) return BC_OK;
   const std::string path = c->params.get_str(ParamId::ModelFile);
   const std::string signature = model_signature(c->hier);
   if (!path.empty()) {
@@ -325,6 +368,7 @@ Status model_setup(bc_comm *c) {
   BC_CHECK(model_cache_key(c, signature, &key));
   bool cached = false;
   BC_CHECK(model_from_cache(c, key, signature, &cached));
+  if (!cached) BC_CHECK(model_from_file_cache(c, key, signature, &cached));
   if (cached) {
     BC_INFO(Plan, "%s", model_describe(c->model).c_str());
     if (c->rank == 0 && !path.empty()) write_file(path, model_serialize(c->model, signature));
@@ -341,6 +385,14 @@ Status model_setup(bc_comm *c) {
   if (c->rank == 0) {
     BC_INFO(Plan, "%s; calibration took %.0f ms", model_describe(c->model).c_str(), took * 1e3);
     if (!path.empty()) write_file(path, text);
+    if (c->params.get_str(ParamId::ModelCache) == "on") {
+      const std::string dir = model_cache_dir(c->params);
+      std::string why;
+      if (model_cache_store(dir, key, text, &why))
+        BC_INFO(Plan, "cost model cached in %s", model_cache_path(dir, key).c_str());
+      else
+        BC_WARN(Plan, "BC_MODEL_CACHE: the calibrated model is used but not cached: %s", why.c_str());
+    }
   }
   return BC_OK;
 }

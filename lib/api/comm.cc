@@ -64,7 +64,7 @@ Status select_transports(bc_comm *c) {
       // never started.
       bool needed = true;
       BC_CHECK(someone_unreached(c, &needed));
-      if (!needed) continue;
+      if (!needed) break;  // nor any later one: the transports so far reach every peer
     }
     std::unique_ptr<Transport> t;
     Status st = kind.create(setup, &t);
@@ -132,7 +132,8 @@ Status private_comm_setup(bc_comm *c) {
   return BC_OK;
 }
 
-Status comm_setup(bc_comm *c) {
+// dup_ms: how long the private duplicate took (for the INIT log line).
+Status comm_setup(bc_comm *c, double dup_ms) {
   const auto t0 = std::chrono::steady_clock::now();
   BC_CHECK(topo_detect(c->mpi, c->params, &c->topo));
   const double topo_ms = ms_since(t0);
@@ -148,14 +149,17 @@ Status comm_setup(bc_comm *c) {
   if (c->rank == 0 && log_enabled(LogLevel::Info, LogSys::Plan))
     BC_INFO(Plan, "%s", c->hier.describe(c->size * 1024, 4).c_str());
   const auto t2 = std::chrono::steady_clock::now();
-  BC_CHECK(agree(c->mpi, model_setup(c), "cost model"));
+  // On one node the model is off and model_setup is local: no agreement needed.
+  if (model_is_local(c)) BC_CHECK(model_setup(c));
+  else BC_CHECK(agree(c->mpi, model_setup(c), "cost model"));
   const double model_ms = ms_since(t2);
   if (c->params.get_int(ParamId::ProgressThread)) BC_CHECK(agree(c->mpi, progress_setup(c), "BC_PROGRESS_THREAD"));
   if (c->rank == 0 && log_enabled(LogLevel::Info, LogSys::Init)) {
     std::string names;
     for (auto &t : c->transports) names += std::string(names.empty() ? "" : ",") + t->name();
-    BC_INFO(Init, "communicator of %d ranks created in %.1f ms (rank 0): topology %.1f, transports %.1f (%s), "
-            "cost model %.1f", c->size, ms_since(t0), topo_ms, transports_ms, names.c_str(), model_ms);
+    BC_INFO(Init, "communicator of %d ranks created in %.1f ms (rank 0): private MPI_Comm_dup %.1f, topology %.1f, "
+            "transports %.1f (%s), cost model %.1f", c->size, dup_ms + ms_since(t0), dup_ms, topo_ms, transports_ms,
+            names.c_str(), model_ms);
   }
   return BC_OK;
 }
@@ -214,6 +218,7 @@ Status api_finalize() {
     m->magic = 0;
     delete m;
   }
+  transports_release_idle();
   return BC_OK;
 }
 
@@ -247,9 +252,11 @@ Status comm_create(MPI_Comm comm, const char *options, bc_comm **out) {
   // Bad options fail on every rank alike (every rank must pass the same string).
   BC_CHECK(c->params.apply_overrides(options));
   c->check_args = c->params.get_int(ParamId::CheckArgs) != 0;
+  const auto t0 = std::chrono::steady_clock::now();
   BC_MPI_CHECK(MPI_Comm_dup(comm, &c->mpi));
+  const double dup_ms = ms_since(t0);
   Status st = private_comm_setup(c.get());
-  if (st == BC_OK) st = comm_setup(c.get());
+  if (st == BC_OK) st = comm_setup(c.get(), dup_ms);
   if (st != BC_OK) {
     trail(st, __FILE__, __LINE__);
     c->progress.reset();
@@ -276,6 +283,7 @@ Status comm_destroy(bc_comm *comm) {
     g_live.erase(comm);
   }
   comm->magic = 0;
+  const auto t0 = std::chrono::steady_clock::now();
   comm->progress.reset();  // joins the thread: nothing uses the transports after this
   comm->dev_transports.clear();  // they wrap the host transports: first
   comm->dev_pool.clear();
@@ -283,7 +291,11 @@ Status comm_destroy(bc_comm *comm) {
   comm->transports.clear();
   comm->liveness.reset();  // after the transports: peers still waiting see a goodbye, not a death
   // Local in Open MPI 4.1 (no synchronisation): safe after a peer died.
+  const double transports_ms = ms_since(t0);
   const int rc = comm->mpi != MPI_COMM_NULL ? MPI_Comm_free(&comm->mpi) : MPI_SUCCESS;
+  if (comm->rank == 0 && log_enabled(LogLevel::Info, LogSys::Init))
+    BC_INFO(Init, "communicator of %d ranks destroyed in %.1f ms (rank 0): transports %.1f", comm->size,
+            ms_since(t0), transports_ms);
   delete comm;
   BC_MPI_CHECK(rc);
   return BC_OK;

@@ -132,6 +132,9 @@ const Hierarchy &hierarchy_for(const bc_comm *comm, Hierarchy::Shape shape);
 // Calibrates or loads the communicator's cost model (BC_MODEL, BC_MODEL_FILE).
 // Collective over comm->mpi, after the transports are up.
 Status model_setup(bc_comm *comm);
+// Whether model_setup has nothing to measure or load (BC_MODEL off, one level,
+// or auto on one node): then it is local and cannot fail. The same on every rank.
+bool model_is_local(const bc_comm *comm);
 // The communicator's pool of scratch and work buffers of memory type `mem`.
 BufferPool &buffer_pool(bc_comm *comm, bc_memtype_t mem);
 // The execution context of a collective on `comm` (transports, timeouts, waiting).

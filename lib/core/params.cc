@@ -124,6 +124,20 @@ const ParamDef kParamDefs[] = {
      "Cost model cache: when the model is on and this file holds a model for the same layout, "
      "it is loaded instead of calibrating; otherwise rank 0 writes the calibrated model here. "
      "Text, one 'fit LEVEL ALGO ALPHA BETA' line per level and algorithm (docs/PLANS.md)."},
+    {ParamId::ModelCache, "BC_MODEL_CACHE", ParamType::Enum, "on", "on|off", kParamAnyRange,
+     "Per-user cache of calibrated cost models across jobs: on: rank 0 looks for a model calibrated "
+     "earlier for the same layout on the same hosts (file model-KEYHASH.txt in BC_CACHE_DIR) and "
+     "broadcasts it instead of calibrating, and writes each new calibration there; a file that is "
+     "stale, foreign (another key, user or version), corrupt or writable by others is ignored. "
+     "off: neither read nor written. BC_MODEL_FILE, when set, is looked at first (docs/PLANS.md)."},
+    {ParamId::ModelCacheAge, "BC_MODEL_CACHE_AGE", ParamType::Seconds, "168h", nullptr, {1000, 8760 * kHour, "no age limit"},
+     "Cached cost models older than this are ignored and calibrated anew (and replaced). "
+     "A link whose speed changed keeps its host names: clear the cache (docs/PLANS.md) or set "
+     "BC_MODEL_CACHE=off after such a change. Units: ms, s, m, h; 0: no age limit."},
+    {ParamId::CacheDir, "BC_CACHE_DIR", ParamType::String, "", nullptr, kParamAnyRange,
+     "Directory of the per-user cache (BC_MODEL_CACHE). Empty: $XDG_CACHE_HOME/blueconnect, else "
+     "$HOME/.cache/blueconnect. Created with mode 0700; it must belong to the user and not be "
+     "writable by group or others, else the cache is not used."},
     {ParamId::CudaIpc, "BC_CUDA_IPC", ParamType::Bool, "1", nullptr, kParamAnyRange,
      "Device buffers (CUDA builds): same-node peers use CUDA IPC (1), or go through pinned host "
      "staging like other-node peers (0; for testing the staging path on one node)."},

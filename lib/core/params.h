@@ -37,6 +37,9 @@ enum class ParamId : int {
   Plan,         // BC_PLAN
   Model,        // BC_MODEL
   ModelFile,    // BC_MODEL_FILE
+  ModelCache,   // BC_MODEL_CACHE
+  ModelCacheAge,// BC_MODEL_CACHE_AGE
+  CacheDir,     // BC_CACHE_DIR
   CudaIpc,      // BC_CUDA_IPC
   CudaIpcCache, // BC_CUDA_IPC_CACHE
   CudaStagingChunk, // BC_CUDA_STAGING_CHUNK

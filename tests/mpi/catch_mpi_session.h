@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -17,6 +18,10 @@ namespace bctest {
 inline int catch_mpi_session(int argc, char **argv) {
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  // Tests never read or write the user's cost model cache (a model cached by
+  // an earlier run would skip the calibrations they check); the cache's own
+  // tests turn it on for their communicators, in a directory of their own.
+  setenv("BC_MODEL_CACHE", "off", 0);
   if (bc_init() != BC_OK) {
     std::fprintf(stderr, "bc_init failed: %s\n", bc_last_error());
     MPI_Abort(MPI_COMM_WORLD, 2);

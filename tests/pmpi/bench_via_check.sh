@@ -17,7 +17,7 @@ status=0
 fail() { echo "FAIL: $*"; status=1; }
 
 "$MPIRUN" "${ARGS[@]}" -x "LD_PRELOAD=$PRELOAD" -x "BC_PMPI_STATS=$W/stats.%r" -x BC_TOPO=2x2 \
-  -x BC_MODEL=calibrate -np 4 "$EXE" -c --via mpi --compare mpi --plan -m 4K:256K -i 3 -x 1 > "$W/via.out" 2>&1
+  -x BC_MODEL=calibrate -x "BC_CACHE_DIR=$W/cache" -np 4 "$EXE" -c --via mpi --compare mpi --plan -m 4K:256K -i 3 -x 1 > "$W/via.out" 2>&1
 rc=$?
 [ $rc -eq 0 ] || { fail "bc_bench --via mpi exited with $rc"; cat "$W/via.out"; }
 grep -q "^# via: BlueConnect through MPI_Allreduce etc. of .*libblueconnect_mpi.so" "$W/via.out" ||

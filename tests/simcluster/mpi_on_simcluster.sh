@@ -8,7 +8,8 @@
 set -u
 sc=$1 tests=$2 xml=$3
 shift 3
-export BC_SIMCLUSTER_PREFIX=bctest BC_SIMCLUSTER_STATE=/run/bc-simcluster-test
+# BC_SIMCLUSTER_TEST_PREFIX / _STATE: for engineers whose suites run at once.
+export BC_SIMCLUSTER_PREFIX=${BC_SIMCLUSTER_TEST_PREFIX:-bctest} BC_SIMCLUSTER_STATE=${BC_SIMCLUSTER_TEST_STATE:-/run/bc-simcluster-test}
 if ! reason=$("$sc" check 2>&1); then
   echo "skipped: cannot make a simulated cluster here: $reason"
   exit 77

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <mutex>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -127,7 +128,10 @@ unsigned char *Node::eager(int from, int to) const {
 
 // The leader's part of step 3: a fresh segment, sized and initialised.
 Status Node::create_segment(char *name, size_t name_size) {
-  remove_stale_segments();
+  // Leftovers come from processes killed before this one started: one look per
+  // process is enough (the scan of /dev/shm cost a part of every creation).
+  static std::once_flag scanned;
+  std::call_once(scanned, remove_stale_segments);
   const int nlocal = this->nlocal();
   const size_t npairs = static_cast<size_t>(nlocal) * (nlocal - 1);
   const size_t data_offset = round_up(kHeaderBytes + npairs * sizeof(Channel), 4096);
@@ -226,7 +230,9 @@ Status Node::setup(const TransportSetup &s, Node *out) {
   if (static_cast<int64_t>(s.node_of.size()) != s.size)
     st = BC_FAIL(BC_ERR_NOT_SUPPORTED, "shm transport: no node map (node_of has %zu entries for %d ranks)",
                  s.node_of.size(), s.size);
-  BC_CHECK(agree(comm, st, "parameter check"));
+  // node_of comes from the agreed topology: every rank reaches the same verdict
+  // without a collective.
+  BC_CHECK(st);
   out->chunk_ = round_up(static_cast<size_t>(chunk_param), 64);
   out->eager_bytes_ = round_up(static_cast<size_t>(s.params->get_int(ParamId::ShmEager)), 64);
 
@@ -297,7 +303,13 @@ Status Node::setup(const TransportSetup &s, Node *out) {
   if (leader && nlocal > 1) made.status = out->create_segment(made.name, sizeof made.name);
   std::vector<Made> mades(s.size);
   int rc = MPI_Allgather(&made, sizeof made, MPI_BYTE, mades.data(), sizeof made, MPI_BYTE, comm);
-  if (rc == MPI_SUCCESS) st = agree(comm, static_cast<Status>(made.status), "segment creation");
+  // Every rank sees every leader's status: the same verdict everywhere, no
+  // second collective.
+  for (int r = 0; rc == MPI_SUCCESS && r < s.size && st == BC_OK; ++r) {
+    if (mades[r].status == BC_OK) continue;
+    st = r == s.rank ? static_cast<Status>(made.status)
+                     : BC_FAIL(static_cast<Status>(mades[r].status), "shm transport: segment creation failed on rank %d", r);
+  }
   if (rc != MPI_SUCCESS || st != BC_OK) out->unlink_created();
   BC_MPI_CHECK(rc);
   BC_CHECK(st);

@@ -1,5 +1,7 @@
-// The UCX transport's life: context and worker, the address exchange over MPI,
-// endpoints (lazy, with peer-failure handling) and teardown. See ucx_transport.h.
+// The UCX transport's life: the process's shared context and worker
+// (UcxWorker), a communicator's address exchange and id over MPI, endpoints
+// (lazy, one per peer process, with peer-failure handling) and teardown. See
+// ucx_transport.h.
 #include <sched.h>
 
 #include <algorithm>
@@ -8,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <string>
 
 #include "core/log.h"
@@ -66,26 +69,18 @@ std::string summarize_lanes(const std::string &info) {
   return out.empty() ? "(no lanes listed)" : out;
 }
 
-}  // namespace
 
-void UcxTransport::on_ep_error(void *arg, ucp_ep_h, ucs_status_t status) {
-  auto *p = static_cast<UcxPeer *>(arg);
-  if (p->failed != UCS_OK) return;
-  p->failed = status;
-  p->owner->had_failure_ = true;
-  // While tearing down, peers that close first look like failures: not news.
-  BC_LOG(p->owner->closing_ ? LogLevel::Debug : LogLevel::Warn, LogSys::Transport,
-         "ucx: rank %d: the connection to rank %d failed: %s", p->owner->rank_, p->rank, ucs_status_string(status));
-}
+// Every worker this process made, by settings; never freed at exit (UCX's own
+// destructors may already have run): bc_finalize releases them.
+std::mutex g_workers_mutex;
+std::vector<UcxWorker *> *g_workers = new std::vector<UcxWorker *>;
 
-bool UcxTransport::can_connect(int peer, bc_memtype_t mem) const {
-  // Debian's UCX has no CUDA support: host memory only. Every peer, unless
-  // UCX_TLS leaves no transport with peer-failure handling for its kind.
-  if (peer < 0 || peer >= size_ || mem == BC_MEM_CUDA) return false;
-  return peer == rank_ || reach_[peers_[peer].off_node ? 1 : 0];
-}
+// Ids a process reports busy after releasing them, so that a new communicator
+// takes an id no recent one had.
+constexpr size_t kRecentIds = 64;
 
-Status UcxTransport::init_local(const TransportSetup &setup) {
+// The context and worker of `w`, whose settings are filled in.
+Status worker_start(UcxWorker *w) {
   unsigned maj = 0, min = 0, rel = 0;
   ucp_get_version(&maj, &min, &rel);
   if (maj != UCP_API_MAJOR || min < UCP_API_MINOR)
@@ -98,7 +93,7 @@ Status UcxTransport::init_local(const TransportSetup &setup) {
   ucs_status_t s = ucp_config_read(nullptr, nullptr, &config);
   if (s != UCS_OK) return BC_FAIL(BC_ERR_NOT_SUPPORTED, "ucp_config_read failed: %s", ucs_status_string(s));
   if (!std::getenv("UCX_RNDV_THRESH")) {  // the user's UCX setting wins (docs: BC_UCX_RNDV_THRESH)
-    const std::string thresh = std::to_string(static_cast<long long>(rndv_thresh_));
+    const std::string thresh = std::to_string(static_cast<long long>(w->rndv_thresh));
     s = ucp_config_modify(config, "RNDV_THRESH", thresh.c_str());
     if (s != UCS_OK) {
       ucp_config_release(config);
@@ -108,48 +103,290 @@ Status UcxTransport::init_local(const TransportSetup &setup) {
   ucp_params_t params;
   std::memset(&params, 0, sizeof params);
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
-  params.features = UCP_FEATURE_TAG | (event_mode_ ? UCP_FEATURE_WAKEUP : 0);
+  params.features = UCP_FEATURE_TAG | (w->event_mode ? UCP_FEATURE_WAKEUP : 0);
   params.mt_workers_shared = 0;
-  s = ucp_init(&params, config, &context_);
+  s = ucp_init(&params, config, &w->context);
   ucp_config_release(config);
   if (s != UCS_OK) {
-    context_ = nullptr;
+    w->context = nullptr;
     return BC_FAIL(BC_ERR_NOT_SUPPORTED, "ucp_init failed: %s", ucs_status_string(s));
   }
-
   ucp_worker_params_t wp;
   std::memset(&wp, 0, sizeof wp);
   wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+  // Serialized: every call holds UcxWorker::mutex.
   wp.thread_mode = UCS_THREAD_MODE_SERIALIZED;
-  s = ucp_worker_create(context_, &wp, &worker_);
+  s = ucp_worker_create(w->context, &wp, &w->worker);
   if (s != UCS_OK) {
-    worker_ = nullptr;
+    w->worker = nullptr;
     return BC_FAIL(BC_ERR_NOT_SUPPORTED, "ucp_worker_create failed: %s", ucs_status_string(s));
   }
-  if (event_mode_) {
-    s = ucp_worker_get_efd(worker_, &efd_);
+  if (w->event_mode) {
+    s = ucp_worker_get_efd(w->worker, &w->efd);
     if (s != UCS_OK) {
-      efd_ = -1;
+      w->efd = -1;
       BC_WARN(Transport, "ucx: BC_UCX_WAIT=event but the worker has no event fd (%s); yielding instead",
               ucs_status_string(s));
     }
   }
-  BC_CHECK(query_address(worker_, false, &my_full_));
-  BC_CHECK(query_address(worker_, true, &my_net_));
-  BC_DEBUGLOG(Transport, "ucx: rank %d worker address %zu bytes, network-only %zu bytes", setup.rank,
-              my_full_.size(), my_net_.size());
+  BC_CHECK(query_address(w->worker, false, &w->full));
+  BC_CHECK(query_address(w->worker, true, &w->net));
+  BC_DEBUGLOG(Transport, "ucx: worker address %zu bytes, network-only %zu bytes", w->full.size(), w->net.size());
   return BC_OK;
 }
 
-Status UcxTransport::exchange_addresses(const TransportSetup &setup) {
+// Progresses `w` until every request in `reqs` is done or `ms` pass, then frees them.
+void finish_requests(UcxWorker *w, std::vector<void *> *reqs, int ms) {
+  const auto deadline = Clock::now() + std::chrono::milliseconds(ms);
+  size_t open = reqs->size();
+  while (open > 0 && Clock::now() < deadline) {
+    ucp_worker_progress(w->worker);
+    open = 0;
+    for (void *r : *reqs)
+      if (ucp_request_check_status(r) == UCS_INPROGRESS) ++open;
+  }
+  if (open > 0) BC_DEBUGLOG(Transport, "ucx: %zu endpoint requests did not finish within %d ms", open, ms);
+  for (void *r : *reqs) ucp_request_free(r);
+  reqs->clear();
+}
+
+// Can an endpoint with peer-failure handling reach a peer of each kind? A
+// user's UCX_TLS may leave only transports without it (UCX_TLS=sm: shared
+// memory has it only with UCX_{POSIX,SYSV}_ERROR_HANDLING=y). An endpoint to
+// our own full and network-only address tells, involving no other process.
+// Once per worker. Under w->mutex.
+void worker_probe(UcxWorker *w, int rank) {
+  if (w->reach[0] >= 0) return;
+  std::vector<void *> closing;
+  for (int kind = 0; kind < 2; ++kind) {
+    const std::vector<unsigned char> &addr = kind == 1 ? w->net : w->full;
+    ucp_ep_params_t ep;
+    std::memset(&ep, 0, sizeof ep);
+    ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+    ep.address = reinterpret_cast<const ucp_address_t *>(addr.data());
+    ep.err_mode = kind == 1 ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
+    ucp_ep_h probe = nullptr;
+    ucs_status_t s = ucp_ep_create(w->worker, &ep, &probe);
+    w->reach[kind] = s == UCS_OK ? 1 : 0;
+    if (s != UCS_OK) {
+      BC_LOG(rank == 0 ? LogLevel::Info : LogLevel::Debug, LogSys::Transport,
+             "ucx: rank %d cannot reach %s peers with peer-failure handling: %s (UCX_TLS needs tcp, "
+             "or UCX_POSIX_ERROR_HANDLING=y / UCX_SYSV_ERROR_HANDLING=y for shared memory)",
+             rank, kind == 1 ? "off-node" : "same-node", ucs_status_string(s));
+      continue;
+    }
+    ucp_request_param_t param;
+    std::memset(&param, 0, sizeof param);
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    param.flags = UCP_EP_CLOSE_FLAG_FORCE;
+    void *r = ucp_ep_close_nbx(probe, &param);
+    if (UCS_PTR_IS_PTR(r)) closing.push_back(r);
+  }
+  finish_requests(w, &closing, 100);
+}
+
+// Endpoints closed by force (nothing is in flight: every communicator has
+// been destroyed, and each flushed its endpoints then), the worker and the
+// context destroyed. Under g_workers_mutex; `w` is unused. False when the
+// worker was left to process exit instead (a same-node peer died): then `w`
+// must not be deleted either (UCX may still call back into it).
+bool worker_stop(UcxWorker *w) {
+  std::lock_guard<std::recursive_mutex> lock(w->mutex);
+  // A same-node endpoint has no peer-failure handling, and UCX 1.13 cannot
+  // close one whose peer died with transfers in flight: ucp_worker_destroy
+  // asserted in cma's endpoint cleanup and aborted the survivor (seen after a
+  // kill -9). Give abandoned requests a moment; after such a death keep the
+  // worker, its context and its buffers for process exit: a few fds and some
+  // memory, once per process, after a failure that ends the job anyway.
+  finish_requests(w, &w->abandoned, kFailedCloseMs);
+  bool same_node_death = false;
+  for (auto &e : w->all_eps) same_node_death = same_node_death || (e->dead && !e->off_node);
+  if (same_node_death) {
+    BC_DEBUGLOG(Transport, "ucx: a same-node peer died; the UCX worker is left to process exit");
+    return false;
+  }
+  // Messages of communicators broken by failures that arrived after their
+  // destroy drained them: taken into scratch buffers so that
+  // ucp_worker_destroy does not warn about each one on stderr.
+  for (int n = 0; w->worker && n < 65536; ++n) {
+    ucp_tag_recv_info_t info;
+    ucp_tag_message_h msg = ucp_tag_probe_nb(w->worker, 0, 0, 1, &info);
+    if (!msg) break;
+    w->sinks.emplace_back(info.length ? info.length : 1);
+    ucp_request_param_t param;
+    std::memset(&param, 0, sizeof param);
+    param.op_attr_mask = UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+    void *r = ucp_tag_msg_recv_nbx(w->worker, w->sinks.back().data(), info.length, msg, &param);
+    if (UCS_PTR_IS_PTR(r)) w->drains.push_back(r);
+  }
+  // Drained rendezvous receives need the network (or a cma read) to finish,
+  // and ucp_worker_destroy must not find them pending: progress them, within
+  // one bound (a read from a process that is gone fails at once).
+  finish_requests(w, &w->drains, 500);
+  std::vector<void *> closing;
+  for (auto &e : w->all_eps) {
+    if (!e->ep) continue;
+    ucp_request_param_t param;
+    std::memset(&param, 0, sizeof param);
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    param.flags = UCP_EP_CLOSE_FLAG_FORCE;
+    e->users = 0;  // the peers closing first look like failures: not news
+    void *r = ucp_ep_close_nbx(e->ep, &param);
+    e->ep = nullptr;
+    if (UCS_PTR_IS_PTR(r)) closing.push_back(r);
+  }
+  // Forced closes need no answer from the peer; progress lets UCX purge what
+  // was still queued on them before ucp_worker_destroy (bounded).
+  finish_requests(w, &closing, 200);
+  if (w->worker) ucp_worker_destroy(w->worker);
+  if (w->context) ucp_cleanup(w->context);
+  w->worker = nullptr;
+  w->context = nullptr;
+  w->eps.clear();
+  w->all_eps.clear();
+  w->sinks.clear();
+  w->drains.clear();
+  return true;
+}
+
+// This process's worker for these settings, started on first use; counts a
+// user. The status is local: the caller agrees on it with the other ranks.
+Status worker_acquire(bool event_mode, int64_t rndv_thresh, int rank, UcxWorker **out) {
+  *out = nullptr;
+  std::lock_guard<std::mutex> lock(g_workers_mutex);
+  for (UcxWorker *w : *g_workers) {
+    if (w->event_mode != event_mode || w->rndv_thresh != rndv_thresh) continue;
+    std::lock_guard<std::recursive_mutex> wl(w->mutex);
+    ++w->users;
+    *out = w;
+    return BC_OK;
+  }
+  std::unique_ptr<UcxWorker> w(new UcxWorker);
+  w->event_mode = event_mode;
+  w->rndv_thresh = rndv_thresh;
+  Status st = worker_start(w.get());
+  if (st == BC_OK) {
+    std::lock_guard<std::recursive_mutex> wl(w->mutex);
+    worker_probe(w.get(), rank);
+  }
+  if (st != BC_OK) {
+    worker_stop(w.get());
+    return st;
+  }
+  w->users = 1;
+  g_workers->push_back(w.get());
+  *out = w.release();
+  return BC_OK;
+}
+
+// What each rank tells the others at creation (one allgather).
+struct Hello {
+  int32_t status;     // BC_OK, or why UCX did not start here
+  uint32_t full_len;  // address lengths
+  uint32_t net_len;
+  uint8_t unreachable;  // bit k: this rank has a peer of kind k it cannot reach (see worker_probe)
+  uint8_t pad[3];
+  uint8_t busy[kCommIds / 8];  // ids in use, quarantined or recently released here
+};
+
+}  // namespace
+
+void ucx_release_idle() {
+  std::lock_guard<std::mutex> lock(g_workers_mutex);
+  std::vector<UcxWorker *> keep;
+  for (UcxWorker *w : *g_workers) {
+    bool idle = false;
+    {
+      std::lock_guard<std::recursive_mutex> wl(w->mutex);
+      idle = w->users == 0;
+    }
+    if (!idle) {
+      keep.push_back(w);
+      continue;
+    }
+    if (!worker_stop(w)) continue;  // left to process exit, deliberately
+    delete w;
+  }
+  g_workers->swap(keep);
+}
+
+void UcxTransport::on_ep_error(void *arg, ucp_ep_h, ucs_status_t status) {
+  auto *e = static_cast<UcxSharedEp *>(arg);
+  if (e->failed != UCS_OK) return;
+  e->failed = status;
+  // The next communicator that needs this peer connects anew.
+  for (auto it = e->worker->eps.begin(); it != e->worker->eps.end(); ++it)
+    if (it->second == e) {
+      e->worker->eps.erase(it);
+      break;
+    }
+  // A peer no live communicator of ours uses, or one that closed while we
+  // tear a communicator down (it finished first), is not news.
+  BC_LOG(e->users > 0 && e->worker->closing == 0 ? LogLevel::Warn : LogLevel::Debug, LogSys::Transport,
+         "ucx: the connection to %s peer %d (its rank in the communicator that connected first) failed: %s",
+         e->off_node ? "off-node" : "same-node", e->first_rank, ucs_status_string(status));
+}
+
+bool UcxTransport::can_connect(int peer, bc_memtype_t mem) const {
+  // Debian's UCX has no CUDA support: host memory only. Every peer, unless
+  // UCX_TLS leaves no transport with peer-failure handling for its kind.
+  if (peer < 0 || peer >= size_ || mem == BC_MEM_CUDA) return false;
+  return peer == rank_ || reach_[peers_[peer].off_node ? 1 : 0];
+}
+
+// Collective: one allgather of every rank's status, address lengths, reach
+// and busy ids, then the addresses. Every rank reaches the same verdict.
+Status UcxTransport::exchange(const TransportSetup &setup, Status local) {
   const int n = setup.size;
-  uint64_t mine[2] = {my_full_.size(), my_net_.size()};
-  std::vector<uint64_t> lens(2 * static_cast<size_t>(n));
-  BC_MPI_CHECK(MPI_Allgather(mine, 2, MPI_UINT64_T, lens.data(), 2, MPI_UINT64_T, setup.bootstrap));
+  Hello mine;
+  std::memset(&mine, 0, sizeof mine);
+  if (local == BC_OK && n > (1 << kRankBits))
+    local = BC_FAIL(BC_ERR_NOT_SUPPORTED, "ucx: communicators of more than %d ranks are not supported (%d)",
+                    1 << kRankBits, n);
+  mine.status = local;
+  if (local == BC_OK) {
+    std::lock_guard<std::recursive_mutex> lock(w_->mutex);
+    mine.full_len = static_cast<uint32_t>(w_->full.size());
+    mine.net_len = static_cast<uint32_t>(w_->net.size());
+    for (int r = 0; r < n; ++r) {
+      if (r == setup.rank) continue;
+      const int kind = setup.node_of[r] != setup.node_of[setup.rank] ? 1 : 0;
+      if (w_->reach[kind] == 0) mine.unreachable |= static_cast<uint8_t>(1 << kind);
+    }
+    std::bitset<kCommIds> busy = w_->in_use | w_->quarantined;
+    for (int id : w_->recent) busy.set(static_cast<size_t>(id));
+    for (int id = 0; id < kCommIds; ++id)
+      if (busy.test(static_cast<size_t>(id))) mine.busy[id / 8] |= static_cast<uint8_t>(1 << (id % 8));
+  }
+  std::vector<Hello> all(static_cast<size_t>(n));
+  BC_MPI_CHECK(MPI_Allgather(&mine, sizeof mine, MPI_BYTE, all.data(), sizeof mine, MPI_BYTE, setup.bootstrap));
+  for (int r = 0; r < n; ++r) {
+    if (all[r].status == BC_OK) continue;
+    if (local != BC_OK) {  // keeps this rank's own reason
+      trail(local, __FILE__, __LINE__);
+      return BC_ERR_NOT_SUPPORTED;
+    }
+    return BC_FAIL(BC_ERR_NOT_SUPPORTED, "ucx could not start on rank %d (its log says why)", r);
+  }
+  uint8_t unreachable = 0;
+  std::vector<uint8_t> busy(kCommIds / 8, 0);
+  for (int r = 0; r < n; ++r) {
+    unreachable |= all[r].unreachable;
+    for (size_t b = 0; b < busy.size(); ++b) busy[b] |= all[r].busy[b];
+  }
+  reach_[0] = !(unreachable & 1);
+  reach_[1] = !(unreachable & 2);
+  int id = -1;
+  for (int i = 0; i < kCommIds && id < 0; ++i)
+    if (!(busy[i / 8] & (1 << (i % 8)))) id = i;
+  if (id < 0)
+    return BC_FAIL(BC_ERR_NOT_SUPPORTED, "ucx: all %d communicator ids are in use on some rank (destroy "
+                   "communicators, or the ones broken by failures keep theirs)", kCommIds);
+
   std::vector<int> counts(n), displs(n);
   uint64_t total = 0;
   for (int r = 0; r < n; ++r) {
-    uint64_t c = lens[2 * r] + lens[2 * r + 1];
+    const uint64_t c = static_cast<uint64_t>(all[r].full_len) + all[r].net_len;
     if (c > INT_MAX || total > static_cast<uint64_t>(INT_MAX) - c)
       return BC_FAIL(BC_ERR_TRANSPORT, "ucx: worker addresses too large to exchange (%llu bytes from rank %d)",
                      static_cast<unsigned long long>(c), r);
@@ -157,10 +394,14 @@ Status UcxTransport::exchange_addresses(const TransportSetup &setup) {
     displs[r] = static_cast<int>(total);
     total += c;
   }
-  std::vector<unsigned char> blob(my_full_);
-  blob.insert(blob.end(), my_net_.begin(), my_net_.end());
-  std::vector<unsigned char> all(total ? total : 1);
-  BC_MPI_CHECK(MPI_Allgatherv(blob.data(), counts[setup.rank], MPI_BYTE, all.data(), counts.data(), displs.data(),
+  std::vector<unsigned char> blob;
+  {
+    std::lock_guard<std::recursive_mutex> lock(w_->mutex);
+    blob = w_->full;
+    blob.insert(blob.end(), w_->net.begin(), w_->net.end());
+  }
+  std::vector<unsigned char> addrs(total ? total : 1);
+  BC_MPI_CHECK(MPI_Allgatherv(blob.data(), counts[setup.rank], MPI_BYTE, addrs.data(), counts.data(), displs.data(),
                               MPI_BYTE, setup.bootstrap));
   peers_.reset(new UcxPeer[n]);
   for (int r = 0; r < n; ++r) {
@@ -168,9 +409,12 @@ Status UcxTransport::exchange_addresses(const TransportSetup &setup) {
     p.owner = this;
     p.rank = r;
     p.off_node = setup.node_of[r] != setup.node_of[setup.rank];
-    const unsigned char *a = all.data() + displs[r] + (p.off_node ? lens[2 * r] : 0);
-    p.address.assign(a, a + (p.off_node ? lens[2 * r + 1] : lens[2 * r]));
+    const unsigned char *a = addrs.data() + displs[r] + (p.off_node ? all[r].full_len : 0);
+    p.address.assign(a, a + (p.off_node ? all[r].net_len : all[r].full_len));
   }
+  std::lock_guard<std::recursive_mutex> lock(w_->mutex);
+  w_->in_use.set(static_cast<size_t>(id));
+  comm_id_ = id;
   return BC_OK;
 }
 
@@ -181,119 +425,102 @@ Status ucx_transport_create(const TransportSetup &setup, std::unique_ptr<Transpo
   std::unique_ptr<UcxTransport> t(new UcxTransport);
   t->rank_ = setup.rank;
   t->size_ = setup.size;
+  bool event_mode = false;
+  int64_t rndv_thresh = 512 << 10;
   if (setup.params) {
-    t->event_mode_ = setup.params->get_str(ParamId::UcxWait) == "event";
-    t->rndv_thresh_ = setup.params->get_int(ParamId::UcxRndvThresh);
+    event_mode = setup.params->get_str(ParamId::UcxWait) == "event";
+    rndv_thresh = setup.params->get_int(ParamId::UcxRndvThresh);
     const int64_t timeout = setup.params->get_int(ParamId::Timeout);
     if (timeout > 0 && timeout < t->close_timeout_ms_) t->close_timeout_ms_ = static_cast<int>(timeout);
   }
-  // Collective from here on: every rank learns whether UCX came up everywhere,
-  // before anyone enters the address exchange, so all return the same status.
-  Status local = t->init_local(setup);
-  struct {
-    int failed;
-    int rank;
-  } in{local == BC_OK ? 0 : 1, setup.rank}, worst{0, 0};
-  BC_MPI_CHECK(MPI_Allreduce(&in, &worst, 1, MPI_2INT, MPI_MAXLOC, setup.bootstrap));
-  if (worst.failed) {
-    if (local != BC_OK) {  // keeps this rank's own reason
-      trail(local, __FILE__, __LINE__);
-      return BC_ERR_NOT_SUPPORTED;
-    }
-    return BC_FAIL(BC_ERR_NOT_SUPPORTED, "ucx could not start on rank %d (its log says why)", worst.rank);
+  const auto t0 = Clock::now();
+  UcxWorker *w = nullptr;
+  Status local = worker_acquire(event_mode, rndv_thresh, setup.rank, &w);
+  if (local == BC_OK) {
+    t->w_ = w;
+    t->worker_ = w->worker;
+    t->efd_ = w->efd;
   }
-  BC_CHECK(t->exchange_addresses(setup));
-  BC_CHECK(t->probe_reach(setup));
+  const auto t1 = Clock::now();
+  // Collective from here on: every rank learns whether UCX came up everywhere.
+  BC_CHECK(t->exchange(setup, local));
+  if (setup.rank == 0 && log_enabled(LogLevel::Info, LogSys::Init)) {
+    const auto ms = [](Clock::time_point a, Clock::time_point b) {
+      return std::chrono::duration<double, std::milli>(b - a).count();
+    };
+    BC_INFO(Init, "ucx transport of %d ranks (rank 0): worker %.1f ms (%s), exchange %.1f ms, id %d", setup.size,
+            ms(t0, t1), ms(t0, t1) > 1.0 ? "started" : "shared", ms(t1, Clock::now()), t->comm_id_);
+  }
   *out = std::move(t);
   return BC_OK;
 }
 
-// Can UCX reach a peer of each kind with UCP_ERR_HANDLING_MODE_PEER? A user's
-// UCX_TLS may leave only transports without peer-failure support (UCX_TLS=sm:
-// shared memory has it only with UCX_{POSIX,SYSV}_ERROR_HANDLING=y). Each rank
-// tries an endpoint to its own full and network-only address, which involves
-// no other rank, and all agree, so that every rank picks the same transport
-// for every pair; unreachable kinds are left to the next transport (mpi).
-Status UcxTransport::probe_reach(const TransportSetup &setup) {
-  int ok[2] = {1, 1};
-  for (int kind = 0; kind < 2; ++kind) {
-    bool any = false;
-    for (int r = 0; r < size_ && !any; ++r) any = r != rank_ && peers_[r].off_node == (kind == 1);
-    if (!any) continue;
-    const std::vector<unsigned char> &addr = kind == 1 ? my_net_ : my_full_;
-    ucp_ep_params_t ep;
-    std::memset(&ep, 0, sizeof ep);
-    ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
-    ep.address = reinterpret_cast<const ucp_address_t *>(addr.data());
-    ep.err_mode = kind == 1 ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
-    ucp_ep_h probe = nullptr;
-    ucs_status_t s = ucp_ep_create(worker_, &ep, &probe);
-    if (s != UCS_OK) {
-      ok[kind] = 0;
-      BC_LOG(rank_ == 0 ? LogLevel::Info : LogLevel::Debug, LogSys::Transport,
-             "ucx: rank %d cannot reach %s peers with peer-failure handling: %s (UCX_TLS needs tcp, "
-             "or UCX_POSIX_ERROR_HANDLING=y / UCX_SYSV_ERROR_HANDLING=y for shared memory)",
-             rank_, kind == 1 ? "off-node" : "same-node", ucs_status_string(s));
-      continue;
-    }
-    ucp_request_param_t param;
-    std::memset(&param, 0, sizeof param);
-    param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-    param.flags = UCP_EP_CLOSE_FLAG_FORCE;
-    void *r = ucp_ep_close_nbx(probe, &param);
-    if (UCS_PTR_IS_PTR(r)) {
-      wait_request(r, 100);
-      ucp_request_free(r);
-    }
-  }
-  int all[2] = {1, 1};
-  BC_MPI_CHECK(MPI_Allreduce(ok, all, 2, MPI_INT, MPI_LAND, setup.bootstrap));
-  reach_[0] = all[0] != 0;
-  reach_[1] = all[1] != 0;
-  return BC_OK;
+ucs_status_t UcxTransport::peer_failed(int peer) const {
+  const UcxPeer &p = peers_[peer];
+  if (p.failed != UCS_OK) return p.failed;
+  return p.shared ? p.shared->failed : UCS_OK;
 }
 
 Status UcxTransport::peer_error(int peer) const {
   const UcxPeer &p = peers_[peer];
-  if (p.failed == UCS_ERR_CANCELED)
+  const ucs_status_t why = peer_failed(peer);
+  if (why == UCS_ERR_CANCELED)
     return BC_FAIL(BC_ERR_TRANSPORT, "ucx: the connection to rank %d was aborted after a cancelled transfer", peer);
   return BC_FAIL(BC_ERR_TRANSPORT, "ucx: rank %d failed (%s): %s", peer, p.off_node ? "off-node" : "same node",
-                 ucs_status_string(p.failed));
+                 ucs_status_string(why));
 }
 
+// Under w_->mutex.
 Status UcxTransport::ensure_ep(int peer) {
   if (peer < 0 || peer >= size_)
     return BC_FAIL(BC_ERR_INTERNAL, "ucx: rank %d is outside the communicator of %d ranks", peer, size_);
   UcxPeer &p = peers_[peer];
-  if (p.failed != UCS_OK) return peer_error(peer);
-  if (p.ep) return BC_OK;
+  if (peer_failed(peer) != UCS_OK) return peer_error(peer);
+  if (p.shared) return BC_OK;
+  const std::vector<unsigned char> &addr = peer == rank_ ? w_->full : p.address;
+  auto it = w_->eps.find({p.off_node, addr});
+  if (it != w_->eps.end()) {  // another communicator connected to this process already
+    p.shared = it->second;
+    ++p.shared->users;
+    return BC_OK;
+  }
+  std::unique_ptr<UcxSharedEp> e(new UcxSharedEp);
+  e->worker = w_;
+  e->off_node = p.off_node;
+  e->first_rank = peer;
   ucp_ep_params_t ep;
   std::memset(&ep, 0, sizeof ep);
   ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                   UCP_EP_PARAM_FIELD_ERR_HANDLER;
-  ep.address = reinterpret_cast<const ucp_address_t *>(peer == rank_ ? my_full_.data() : p.address.data());
+  ep.address = reinterpret_cast<const ucp_address_t *>(addr.data());
   // Off-node peers need UCX's peer-failure handling: a dead host must surface at
   // once. On the same node UCX 1.13 would then drop shared memory and cma for
   // TCP loopback (2-4x slower), so there we rely on BC_TIMEOUT instead; in auto
   // mode the shm transport serves same-node peers anyway.
   ep.err_mode = p.off_node ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
   ep.err_handler.cb = on_ep_error;
-  ep.err_handler.arg = &p;
-  ucs_status_t s = ucp_ep_create(worker_, &ep, &p.ep);
-  if (s != UCS_OK) {
-    p.ep = nullptr;
+  ep.err_handler.arg = e.get();
+  ucs_status_t s = ucp_ep_create(worker_, &ep, &e->ep);
+  if (s != UCS_OK)
     return BC_FAIL(BC_ERR_TRANSPORT,
                    "ucx: cannot connect to rank %d (%s, %s address): %s. Endpoints need peer-failure "
                    "handling: UCX_TLS must include tcp, or for shared memory set "
                    "UCX_POSIX_ERROR_HANDLING=y / UCX_SYSV_ERROR_HANDLING=y",
                    peer, p.off_node ? "off-node" : "same node", p.off_node ? "network-only" : "full",
                    ucs_status_string(s));
-  }
+  e->users = 1;
+  p.shared = e.get();
+  w_->eps[{p.off_node, addr}] = e.get();
+  w_->all_eps.push_back(std::move(e));
   if (peer != rank_) log_lanes(p);
   return BC_OK;
 }
 
-Status UcxTransport::connect(int peer) { return ensure_ep(peer); }
+Status UcxTransport::connect(int peer) {
+  if (!w_) return BC_FAIL(BC_ERR_INTERNAL, "ucx: the transport has no worker");
+  std::lock_guard<std::recursive_mutex> lock(w_->mutex);
+  return ensure_ep(peer);
+}
 
 void UcxTransport::log_lanes(const UcxPeer &p) {
   bool &done = p.off_node ? logged_off_node_ : logged_on_node_;
@@ -305,7 +532,7 @@ void UcxTransport::log_lanes(const UcxPeer &p) {
   size_t len = 0;
   FILE *f = open_memstream(&text, &len);
   if (!f) return;
-  ucp_ep_print_info(p.ep, f);
+  ucp_ep_print_info(p.shared->ep, f);
   std::fclose(f);
   std::string lanes = summarize_lanes(std::string(text, len));
   std::free(text);
@@ -313,108 +540,100 @@ void UcxTransport::log_lanes(const UcxPeer &p) {
          p.off_node ? "off-node" : "same-node", p.rank, lanes.c_str());
 }
 
+// A transfer UCX would not give up: close the peer's endpoint by force, which
+// completes everything queued on it (UCS_ERR_CANCELED). Every communicator of
+// this process that uses the peer sees the failure; the next one to need the
+// peer connects anew. Under w_->mutex.
 void UcxTransport::abort_peer(int peer, ucs_status_t why) {
   UcxPeer &p = peers_[peer];
   if (p.failed == UCS_OK) p.failed = why;
-  if (!p.ep) return;
+  UcxSharedEp *e = p.shared;
+  if (!e || !e->ep) return;
+  if (e->failed == UCS_OK) e->failed = why;
+  for (auto it = w_->eps.begin(); it != w_->eps.end(); ++it)
+    if (it->second == e) {
+      w_->eps.erase(it);
+      break;
+    }
   ucp_request_param_t param;
   std::memset(&param, 0, sizeof param);
   param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
   param.flags = UCP_EP_CLOSE_FLAG_FORCE;
-  void *r = ucp_ep_close_nbx(p.ep, &param);
-  p.ep = nullptr;
+  void *r = ucp_ep_close_nbx(e->ep, &param);
+  e->ep = nullptr;
   if (UCS_PTR_IS_PTR(r)) {
     wait_request(r, close_timeout_ms_);
     ucp_request_free(r);
   }
 }
 
-bool UcxTransport::close_endpoints() {
-  if (!peers_) return true;
-  closing_ = true;
+// After a clean last collective: our last eager sends may still wait in UCX's
+// queues, which only progress moves; flush the endpoints this communicator
+// used, within one bound, so that they reach their peers even if this process
+// stops calling UCX. Under w_->mutex.
+void UcxTransport::flush_endpoints() {
   std::vector<void *> pending;
   for (int r = 0; r < size_; ++r) {
     UcxPeer &p = peers_[r];
-    if (!p.ep) continue;
+    if (r == rank_ || !p.shared || !p.shared->ep || peer_failed(r) != UCS_OK) continue;
     ucp_request_param_t param;
     std::memset(&param, 0, sizeof param);
-    // A failed peer cannot confirm a flush, and after a failure nothing in
-    // flight matters any more (the communicator is broken): drop the endpoint.
-    // Otherwise flush, so that our last eager sends reach their peers. Only an
-    // off-node endpoint (peer-failure handling) may be dropped by force: UCX
-    // 1.13 does not support a forced close without it; a same-node one is
-    // flushed, briefly after a failure.
-    param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-    param.flags = p.off_node && (p.failed != UCS_OK || had_failure_) ? UCP_EP_CLOSE_FLAG_FORCE : 0;
-    void *req = ucp_ep_close_nbx(p.ep, &param);
-    p.ep = nullptr;
+    void *req = ucp_ep_flush_nbx(p.shared->ep, &param);
     if (UCS_PTR_IS_PTR(req)) pending.push_back(req);
   }
-  // All closes progress together, within one bound: short after a failure,
-  // where only same-node flushes need progress and a dead peer never answers.
-  const auto deadline = Clock::now() + std::chrono::milliseconds(had_failure_ ? kFailedCloseMs : close_timeout_ms_);
-  auto open_count = [&] {
-    size_t open = 0;
-    for (void *req : pending)
-      if (ucp_request_check_status(req) == UCS_INPROGRESS) ++open;
-    for (void *req : abandoned_)
-      if (ucp_request_check_status(req) == UCS_INPROGRESS) ++open;
-    return open;
-  };
-  size_t open = open_count();
-  while (open > 0 && Clock::now() < deadline) {
-    if (ucp_worker_progress(worker_) == 0) sched_yield();
-    open = open_count();
-  }
-  if (open > 0)
-    BC_DEBUGLOG(Transport, "ucx: rank %d: %zu endpoint closes or requests did not finish within %d ms", rank_, open,
-                had_failure_ ? kFailedCloseMs : close_timeout_ms_);
-  for (void *req : pending) ucp_request_free(req);
-  for (void *req : abandoned_) ucp_request_free(req);  // released by UCX when (if) it completes
-  abandoned_.clear();
-  return open == 0 || !had_failure_;
+  finish_requests(w_, &pending, close_timeout_ms_);
 }
 
-// After a failure, messages for the receives we cancelled wait in the
-// unexpected queue; take them into scratch buffers so that ucp_worker_destroy
-// does not warn about each one on stderr. No progress here: that would let
-// UCX retry connections to peers that have already gone.
+// After a failure, messages for the receives we cancelled, and for ones never
+// posted, wait in the unexpected queue under this communicator's id; take them
+// into scratch buffers. Messages still on their way stay in UCX's queue: the
+// id is never used again in this process. No progress here: that would let
+// UCX retry connections to peers that have already gone. Under w_->mutex.
 void UcxTransport::drain_unexpected() {
+  const ucp_tag_t tag = static_cast<ucp_tag_t>(comm_id_) << kRankBits;
+  const ucp_tag_t mask = static_cast<ucp_tag_t>(kCommIds - 1) << kRankBits;
   for (int n = 0; n < 4096; ++n) {
     ucp_tag_recv_info_t info;
-    ucp_tag_message_h msg = ucp_tag_probe_nb(worker_, 0, 0, 1, &info);
+    ucp_tag_message_h msg = ucp_tag_probe_nb(worker_, tag, mask, 1, &info);
     if (!msg) break;
-    sinks_.emplace_back(info.length ? info.length : 1);
+    w_->sinks.emplace_back(info.length ? info.length : 1);
     ucp_request_param_t param;
     std::memset(&param, 0, sizeof param);
     param.op_attr_mask = UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
-    void *r = ucp_tag_msg_recv_nbx(worker_, sinks_.back().data(), info.length, msg, &param);
+    void *r = ucp_tag_msg_recv_nbx(worker_, w_->sinks.back().data(), info.length, msg, &param);
     if (!UCS_PTR_IS_PTR(r)) continue;
-    // An eager message is copied at once; a rendezvous one would need the
-    // network, so its sink stays until the worker is gone.
-    if (ucp_request_check_status(r) != UCS_INPROGRESS) sinks_.pop_back();
-    ucp_request_free(r);
+    // An eager message is copied at once; a rendezvous one needs the network,
+    // so its sink and request stay until the worker finishes them (worker_stop).
+    if (ucp_request_check_status(r) != UCS_INPROGRESS) {
+      w_->sinks.pop_back();
+      ucp_request_free(r);
+    } else {
+      w_->drains.push_back(r);
+    }
   }
 }
 
 UcxTransport::~UcxTransport() {
-  if (worker_) {
-    closing_ = true;
-    if (had_failure_ && peers_) drain_unexpected();
-    if (!close_endpoints()) {
-      // A same-node peer died with transfers in flight: UCX 1.13's
-      // ucp_worker_destroy asserts on such an endpoint (cma's queue is not
-      // empty) and aborts the survivor. Leave the worker, its context and the
-      // buffers it may still write to for process exit: a few fds and some
-      // memory, once per broken communicator.
-      BC_DEBUGLOG(Transport, "ucx: rank %d: a same-node peer failed with transfers in flight; the UCX worker is "
-                  "left to process exit", rank_);
-      new std::vector<std::vector<unsigned char>>(std::move(sinks_));  // deliberately kept
-      return;
-    }
-    ucp_worker_destroy(worker_);
+  if (!w_) return;
+  std::lock_guard<std::recursive_mutex> lock(w_->mutex);
+  if (peers_ && comm_id_ >= 0) {
+    ++w_->closing;
+    if (had_failure_) drain_unexpected();
+    else flush_endpoints();
+    --w_->closing;
+    for (int r = 0; r < size_; ++r)
+      if (peers_[r].shared && peers_[r].shared->users > 0) --peers_[r].shared->users;
   }
-  if (context_) ucp_cleanup(context_);
+  if (comm_id_ >= 0) {
+    w_->in_use.reset(static_cast<size_t>(comm_id_));
+    if (had_failure_) {
+      w_->quarantined.set(static_cast<size_t>(comm_id_));
+    } else {
+      w_->recent.push_back(comm_id_);
+      if (w_->recent.size() > kRecentIds) w_->recent.pop_front();
+    }
+  }
+  --w_->users;  // the worker itself stays until bc_finalize (ucx_release_idle)
 }
 
 }  // namespace bc

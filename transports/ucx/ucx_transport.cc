@@ -36,11 +36,6 @@ static_assert(sizeof(UcxSlot) <= sizeof(TransportRequest::slot), "UcxSlot fits t
 
 UcxSlot *slot_of(TransportRequest *req) { return reinterpret_cast<UcxSlot *>(req->slot); }
 
-// UCX's 64-bit tag: the plan's 32-bit tag above the sender's rank; receives
-// match all 64 bits.
-ucp_tag_t make_tag(uint32_t tag, int source) {
-  return (static_cast<uint64_t>(tag) << 32) | static_cast<uint32_t>(source);
-}
 constexpr ucp_tag_t kFullMask = ~static_cast<ucp_tag_t>(0);
 
 // Completion status of an in-flight request; for a receive also checks that
@@ -55,6 +50,13 @@ ucs_status_t request_status(const UcxSlot &s, size_t *got) {
 }
 
 }  // namespace
+
+// UCX's 64-bit tag: the plan's 32-bit tag, then the communicator's id, then
+// the sender's rank (ucx_transport.h); receives match all 64 bits.
+ucp_tag_t UcxTransport::make_tag(uint32_t tag, int source) const {
+  return (static_cast<uint64_t>(tag) << 32) | (static_cast<uint64_t>(comm_id_) << kRankBits) |
+         static_cast<uint32_t>(source);
+}
 
 bool UcxTransport::progress() {
   bool any = false;
@@ -74,6 +76,7 @@ bool UcxTransport::wait_request(void *ucx_req, int ms) {
 Status UcxTransport::post_send(int peer, const void *buf, size_t bytes, bc_memtype_t mem, uint32_t tag,
                                TransportRequest *req) {
   if (mem == BC_MEM_CUDA) return BC_FAIL(BC_ERR_NOT_SUPPORTED, "ucx: this UCX build has no CUDA support");
+  std::lock_guard<std::recursive_mutex> lock(w_->mutex);
   BC_CHECK(ensure_ep(peer));
   req->transport = this;
   req->peer = peer;
@@ -81,7 +84,7 @@ Status UcxTransport::post_send(int peer, const void *buf, size_t bytes, bc_memty
   *s = UcxSlot{nullptr, bytes, tag, UCS_OK, 0, 0};
   ucp_request_param_t param;
   std::memset(&param, 0, sizeof param);  // no callback: test() polls the request
-  void *r = ucp_tag_send_nbx(peers_[peer].ep, buf, bytes, make_tag(tag, rank_), &param);
+  void *r = ucp_tag_send_nbx(peers_[peer].shared->ep, buf, bytes, make_tag(tag, rank_), &param);
   if (UCS_PTR_IS_ERR(r))
     return BC_FAIL(BC_ERR_TRANSPORT, "ucx: send of %zu bytes to rank %d failed: %s", bytes, peer,
                    ucs_status_string(UCS_PTR_STATUS(r)));
@@ -94,6 +97,7 @@ Status UcxTransport::post_send(int peer, const void *buf, size_t bytes, bc_memty
 Status UcxTransport::post_recv(int peer, void *buf, size_t bytes, bc_memtype_t mem, uint32_t tag,
                                TransportRequest *req) {
   if (mem == BC_MEM_CUDA) return BC_FAIL(BC_ERR_NOT_SUPPORTED, "ucx: this UCX build has no CUDA support");
+  std::lock_guard<std::recursive_mutex> lock(w_->mutex);
   // The endpoint is not needed to receive, but with it UCX watches the peer,
   // so that a peer that dies while we wait for it is reported.
   BC_CHECK(ensure_ep(peer));
@@ -118,6 +122,7 @@ Status UcxTransport::post_recv(int peer, void *buf, size_t bytes, bc_memtype_t m
 }
 
 Status UcxTransport::test(TransportRequest *req, bool *done) {
+  std::lock_guard<std::recursive_mutex> lock(w_->mutex);
   Status st = test_request(req, done);
   if (st != BC_OK) had_failure_ = true;
   return st;
@@ -135,7 +140,7 @@ Status UcxTransport::test_request(TransportRequest *req, bool *done) {
     }
     if (us == UCS_INPROGRESS) {
       // A receive from a dead peer never completes by itself: ask the peer.
-      if (peers_[req->peer].failed != UCS_OK) return peer_error(req->peer);
+      if (peer_failed(req->peer) != UCS_OK) return peer_error(req->peer);
       return BC_OK;
     }
     ucp_request_free(s->ucx_req);
@@ -152,8 +157,7 @@ Status UcxTransport::test_request(TransportRequest *req, bool *done) {
   }
   req->active = false;
   if (s->status != UCS_OK) {
-    const UcxPeer &p = peers_[req->peer];
-    if (p.failed != UCS_OK) return peer_error(req->peer);
+    if (peer_failed(req->peer) != UCS_OK) return peer_error(req->peer);
     if (s->is_recv && s->status == UCS_ERR_MESSAGE_TRUNCATED)
       return BC_FAIL(BC_ERR_TRANSPORT,
                      "ucx transport: receive from rank %d (tag %#x, %zu bytes): the sender offers more bytes (UCX: %s)",
@@ -168,14 +172,17 @@ Status UcxTransport::test_request(TransportRequest *req, bool *done) {
 
 void UcxTransport::cancel(TransportRequest *req) {
   if (!req->active) return;
+  std::lock_guard<std::recursive_mutex> lock(w_->mutex);
   had_failure_ = true;
   UcxSlot *s = slot_of(req);
   if (s->ucx_req) {
     if (ucp_request_check_status(s->ucx_req) == UCS_INPROGRESS) {
       // UCX cancels only receives that are not yet matched.
       ucp_request_cancel(worker_, s->ucx_req);
-      if (!wait_request(s->ucx_req, peers_[req->peer].dead ? 0 : kCancelWaitMs)) {
-        if (peers_[req->peer].off_node) {
+      const UcxPeer &p = peers_[req->peer];
+      const bool dead = p.dead || (p.shared && p.shared->dead);
+      if (!wait_request(s->ucx_req, dead ? 0 : kCancelWaitMs)) {
+        if (p.off_node) {
           // A send, or a receive already inside a rendezvous: UCX may still touch
           // the buffer. Closing the endpoint by force completes everything queued
           // on it (UCS_ERR_CANCELED); the peer is unusable afterwards, as is the
@@ -189,9 +196,9 @@ void UcxTransport::cancel(TransportRequest *req) {
           // and UCX 1.13 cannot close such an endpoint by force: the requests
           // never completed, and ucp_worker_destroy later died on an assertion
           // in cma's endpoint cleanup (seen after a peer was killed). Leave the
-          // request to UCX; the destructor gives it a moment and otherwise
+          // request to UCX; worker_stop gives it a moment and otherwise
           // leaves the worker to process exit.
-          abandoned_.push_back(s->ucx_req);
+          w_->abandoned.push_back(s->ucx_req);
           s->ucx_req = nullptr;
         }
       }
@@ -204,7 +211,10 @@ void UcxTransport::cancel(TransportRequest *req) {
 }
 
 void UcxTransport::peer_died(int peer) {
-  if (peer >= 0 && peer < size_ && peers_) peers_[peer].dead = true;
+  if (peer < 0 || peer >= size_ || !peers_) return;
+  std::lock_guard<std::recursive_mutex> lock(w_->mutex);
+  peers_[peer].dead = true;
+  if (peers_[peer].shared) peers_[peer].shared->dead = true;  // for every communicator, and worker_stop
 }
 
 Status UcxTransport::idle_wait(int timeout_ms) {
@@ -212,11 +222,15 @@ Status UcxTransport::idle_wait(int timeout_ms) {
     sched_yield();
     return BC_OK;
   }
-  // ucp_worker_arm succeeds only once nothing is left to progress.
-  if (progress()) return BC_OK;
-  ucs_status_t s = ucp_worker_arm(worker_);
-  if (s == UCS_ERR_BUSY) return BC_OK;  // events arrived meanwhile: progress them
-  if (s != UCS_OK) return BC_FAIL(BC_ERR_TRANSPORT, "ucx: ucp_worker_arm failed: %s", ucs_status_string(s));
+  {
+    // ucp_worker_arm succeeds only once nothing is left to progress. The poll
+    // below runs without the lock, so that other communicators' threads go on.
+    std::lock_guard<std::recursive_mutex> lock(w_->mutex);
+    if (progress()) return BC_OK;
+    ucs_status_t s = ucp_worker_arm(worker_);
+    if (s == UCS_ERR_BUSY) return BC_OK;  // events arrived meanwhile: progress them
+    if (s != UCS_OK) return BC_FAIL(BC_ERR_TRANSPORT, "ucx: ucp_worker_arm failed: %s", ucs_status_string(s));
+  }
   struct pollfd pfd;
   pfd.fd = efd_;
   pfd.events = POLLIN;

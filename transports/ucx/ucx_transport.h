@@ -4,23 +4,46 @@
 // endpoints, teardown); ucx_transport.cc moves bytes (post, test, cancel,
 // idle_wait).
 //
-// One UCP context and one worker per communicator, not per process:
-//  - Isolation. Our tag is (32-bit plan tag << 32 | source rank), the whole of
-//    UCX's 64-bit tag; a worker shared by several communicators would need the
-//    communicator's id in those bits as well. Worse, after a timeout the sends
-//    that a peer posted for the failed collective stay in its worker's
-//    unexpected queue; in a shared worker they could match a later
-//    communicator's receive, here they die with the communicator.
-//  - Teardown with the communicator: ucp_worker_destroy drops every endpoint,
-//    unexpected message and pending request of that communicator, whatever
-//    state a failure left them in, and nothing outlives bc_comm_destroy.
-//  - Threads: two communicators can be driven by two threads with no lock
-//    (each worker is UCS_THREAD_MODE_SERIALIZED, as a communicator is).
-//  The cost is one set of interfaces (a TCP listening socket, a shared-memory
-//  FIFO) and one ucp_init per communicator: measured 6-14 ms per create and
-//  2-10 ms per destroy (2-4 ranks on 2 cores) and a few fds, fine for the few
-//  long-lived communicators a job makes (the PMPI layer caches them).
-//
+// One UCP context, one worker and one endpoint per peer process, shared by
+// every communicator of the process (UcxWorker below), not one set per
+// communicator: creating a worker opened its interfaces anew (a TCP listening
+// socket, shared-memory FIFOs) and cost 22-45 ms per rank, 105-140 ms of a
+// communicator's creation at np 8 across the simulated nodes, plus 50-80 ms of
+// endpoint flushes and worker teardown at destroy. Now a later communicator
+// exchanges addresses and agrees on an id; connections are made once per pair
+// of processes, on first use, and kept.
+//  - Why endpoints are shared too: UCX pairs the endpoints of two workers by
+//    the order in which each side created its endpoints to the other
+//    (ucp_ep_match by connection sequence number). Endpoints created lazily per
+//    communicator on one worker can be created in another order on the two
+//    sides (a communicator that one side uses first, or only one side posts
+//    to), and then closing one communicator's endpoint fails another
+//    communicator's endpoint on the peer. One endpoint per peer process, kept
+//    until the worker goes, cannot mis-pair.
+//  - Isolation: the low 32 bits of UCX's 64-bit tag are the communicator's id
+//    (kCommIdBits, agreed at creation: free on every member) above the source
+//    rank (kRankBits). A communicator whose operation failed or was cancelled
+//    may leave messages in flight toward its members; its id is then never
+//    reused in this process (quarantined) and the messages already in the
+//    unexpected queue are drained at destroy. Ids of cleanly destroyed
+//    communicators are reused last (each process reports its recently released
+//    ids as busy).
+//  - Threads: every call on the worker holds UcxWorker::mutex (recursive: the
+//    error callback and nested helpers run under it), so communicators driven
+//    by different threads (BC_PROGRESS_THREAD) share it safely; idle_wait
+//    sleeps on the event fd without it. A thread that sleeps there may be woken
+//    late when another thread consumed the event it waited for: idle_wait's
+//    timeout bounds that.
+//  - Lifetime: the worker is released by bc_finalize (transports_release_idle)
+//    once no communicator uses it: a program that creates and frees
+//    communicators in a loop keeps one worker and its connections.
+//  - Failures: an endpoint error marks the shared endpoint failed, and every
+//    communicator that uses that peer sees it on its next post or test (a dead
+//    process is dead for all of them). A transfer that cannot be cancelled
+//    still closes the endpoint by force (the peer is unusable afterwards for
+//    every communicator of this process); the next communicator that needs the
+//    peer connects anew.
+
 // Transfers: UCP_FEATURE_TAG only, ucp_tag_send_nbx/ucp_tag_recv_nbx on the
 // caller's buffers. Large messages take UCX's tag rendezvous, which is already
 // single-copy where a transport allows it (cma: the receiver reads the
@@ -38,22 +61,32 @@
 // UCX decides "same host" from boot_id and the IPC namespace, not from what our
 // topology says, and would otherwise try shared memory across simulated hosts.
 //
-// Failures: every endpoint uses UCP_ERR_HANDLING_MODE_PEER; the error callback
-// marks the peer failed and every later post or test on it returns
+// Failures: off-node endpoints use UCP_ERR_HANDLING_MODE_PEER; the error
+// callback marks the peer failed and every later post or test on it returns
 // BC_ERR_TRANSPORT naming the rank and UCX's reason (tcp notices a killed peer
-// at once). A peer that stops answering without dying surfaces as the
-// executor's BC_ERR_TIMEOUT. The price, in UCX 1.13: shared memory (posix,
-// sysv) offers peer-failure handling only with UCX_{POSIX,SYSV}_ERROR_HANDLING=y
-// and cma drops out of the rendezvous, so same-node peers go over TCP loopback
-// (2-4x below MPI's shared memory). Same-node peers normally belong to the shm
-// transport; probe_reach (ucx_setup.cc) leaves a kind of peer that UCX cannot
-// reach this way (UCX_TLS=sm) to the next transport.
+// at once). Same-node endpoints have no peer-failure handling: in UCX 1.13
+// shared memory (posix, sysv) offers it only with
+// UCX_{POSIX,SYSV}_ERROR_HANDLING=y and cma drops out of the rendezvous, so
+// same-node peers would go over TCP loopback (2-4x below MPI's shared memory).
+// A same-node death is seen by the liveness check (lib/sched/liveness.h, which
+// looks at the peer's process) and reaches this transport as peer_died(): a
+// request UCX will not cancel is then abandoned, and worker_stop leaves the
+// worker to process exit rather than let ucp_worker_destroy assert. Same-node
+// peers normally belong to the shm transport; worker_probe (ucx_setup.cc)
+// leaves a kind of peer that UCX cannot reach (UCX_TLS=sm) to the next
+// transport. A peer that stops answering without dying is late, not dead: the
+// executor waits for it up to BC_TIMEOUT.
 #pragma once
 
 #include <ucp/api/ucp.h>
 
+#include <bitset>
 #include <cstdint>
+#include <deque>
+#include <map>
 #include <memory>
+#include <mutex>
+#include <utility>
 #include <vector>
 
 #include "transports/transport.h"
@@ -61,16 +94,68 @@
 namespace bc {
 
 class UcxTransport;
+struct UcxWorker;
 
-// Per peer; addresses stay fixed (the error callback holds a pointer).
+// Tag bits below the plan's 32: the communicator's id, then the source rank.
+constexpr int kRankBits = 22;
+constexpr int kCommIdBits = 10;
+constexpr int kCommIds = 1 << kCommIdBits;
+
+// One endpoint to one peer process (by its worker address and the address
+// kind), shared by every communicator; lives as long as the worker (the error
+// callback holds a pointer).
+struct UcxSharedEp {
+  UcxWorker *worker = nullptr;
+  ucp_ep_h ep = nullptr;
+  ucs_status_t failed = UCS_OK;  // set by the error callback or an abort
+  bool off_node = false;
+  int first_rank = -1;  // its rank in the communicator that connected first (for logs)
+  int users = 0;        // live communicators that use it
+  bool dead = false;    // the liveness check saw its process die (peer_died)
+};
+
+// Per peer of one communicator.
 struct UcxPeer {
   UcxTransport *owner = nullptr;
   int rank = -1;
   bool off_node = false;
-  ucp_ep_h ep = nullptr;
-  ucs_status_t failed = UCS_OK;  // set by the error callback or an abort
-  bool dead = false;  // peer_died(): cancel() does not wait for it
+  UcxSharedEp *shared = nullptr;  // once connected
+  ucs_status_t failed = UCS_OK;   // this communicator's own abort
+  bool dead = false;              // peer_died(): cancel() does not wait for it
   std::vector<unsigned char> address;  // full or network-only, per off_node
+};
+
+// The process's UCP context and worker for one set of settings (BC_UCX_WAIT,
+// BC_UCX_RNDV_THRESH), shared by every UCX transport created with them, until
+// bc_finalize (ucx_setup.cc). Every field is guarded by `mutex`.
+struct UcxWorker {
+  std::recursive_mutex mutex;
+  bool event_mode = false;
+  int64_t rndv_thresh = 0;
+  ucp_context_h context = nullptr;
+  ucp_worker_h worker = nullptr;
+  int efd = -1;
+  std::vector<unsigned char> full, net;  // this process's addresses
+  // Whether an endpoint with peer-failure handling reaches [0] a same-node and
+  // [1] an off-node peer (-1: not probed yet). A property of the worker and
+  // UCX_TLS, so probed once (an endpoint to our own address of each kind).
+  int reach[2] = {-1, -1};
+  int users = 0;  // transports using it now
+  int closing = 0;  // transports being destroyed right now (peers that finish first are no news then)
+  // Live endpoints by (off-node?, peer address), and every one ever made.
+  std::map<std::pair<bool, std::vector<unsigned char>>, UcxSharedEp *> eps;
+  std::vector<std::unique_ptr<UcxSharedEp>> all_eps;
+  std::bitset<kCommIds> in_use, quarantined;
+  std::deque<int> recent;  // ids released lately: reported busy, so reused last
+  // Receive buffers of drained rendezvous messages UCX may still write into,
+  // and those receives while in progress: the worker must not be destroyed
+  // under them (a same-node cma endpoint asserts that nothing is pending).
+  std::vector<std::vector<unsigned char>> sinks;
+  std::vector<void *> drains;
+  // Same-node requests whose peer died and that UCX would not cancel
+  // (UcxTransport::cancel says why): while one is pending, or a same-node peer
+  // has died, the worker is not destroyed (worker_stop).
+  std::vector<void *> abandoned;
 };
 
 class UcxTransport final : public Transport {
@@ -97,22 +182,22 @@ class UcxTransport final : public Transport {
   // The worker's event fd (-1 without BC_UCX_WAIT=event), for a caller that
   // wants to poll several transports at once; arm it with ucp_worker_arm first.
   int wait_fd() const { return efd_; }
+  // The communicator's id in the tags (for tests and logs).
+  int comm_id() const { return comm_id_; }
 
  private:
   friend Status ucx_transport_create(const TransportSetup &setup, std::unique_ptr<Transport> *out);
   UcxTransport() = default;
 
   static void on_ep_error(void *arg, ucp_ep_h ep, ucs_status_t status);
-  Status init_local(const TransportSetup &setup);
-  Status exchange_addresses(const TransportSetup &setup);
-  Status probe_reach(const TransportSetup &setup);
+  Status exchange(const TransportSetup &setup, Status local);
   Status ensure_ep(int peer);
+  ucs_status_t peer_failed(int peer) const;
+  ucp_tag_t make_tag(uint32_t tag, int source) const;
   Status test_request(TransportRequest *req, bool *done);
   Status peer_error(int peer) const;
   void abort_peer(int peer, ucs_status_t why);
-  // False when a close could not finish (a same-node peer that died): then
-  // the worker must not be destroyed.
-  bool close_endpoints();
+  void flush_endpoints();
   void drain_unexpected();
   void log_lanes(const UcxPeer &p);
   // Progresses the worker a bounded number of times; true if anything moved.
@@ -122,26 +207,19 @@ class UcxTransport final : public Transport {
 
   int rank_ = 0;
   int size_ = 0;
-  bool event_mode_ = false;
-  int64_t rndv_thresh_ = 512 << 10;  // BC_UCX_RNDV_THRESH
   int close_timeout_ms_ = 1000;
-  ucp_context_h context_ = nullptr;
-  ucp_worker_h worker_ = nullptr;
-  int efd_ = -1;
-  std::vector<unsigned char> my_full_, my_net_;  // this rank's addresses
+  UcxWorker *w_ = nullptr;  // shared; released by the destructor
+  ucp_worker_h worker_ = nullptr;  // w_'s
+  int efd_ = -1;                   // w_'s
+  int comm_id_ = -1;
   std::unique_ptr<UcxPeer[]> peers_;
   // Whether every rank can reach [0] same-node and [1] off-node peers with
-  // peer-failure handling, as agreed at creation (see probe_reach).
+  // peer-failure handling, as agreed at creation (see UcxWorker::reach).
   bool reach_[2] = {true, true};
   bool logged_on_node_ = false, logged_off_node_ = false;
-  // A transfer failed or was cancelled: the communicator is broken, so
-  // teardown drops the endpoints instead of flushing them.
+  // A transfer failed or was cancelled: the communicator is broken, its id is
+  // quarantined and its unexpected messages drained at destroy.
   bool had_failure_ = false;
-  bool closing_ = false;
-  // Receive buffers UCX may still write into; freed after ucp_worker_destroy.
-  std::vector<std::vector<unsigned char>> sinks_;
-  // Same-node requests that could not be cancelled (cancel() says why).
-  std::vector<void *> abandoned_;
 };
 
 }  // namespace bc
