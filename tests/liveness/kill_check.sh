@@ -32,9 +32,35 @@ DETECT_MS=${BC_TEST_DETECT_MS:-3500}
 LIMIT_S=${BC_TEST_LIMIT_S:-60}
 dir=$(mktemp -d /tmp/bc-liveness.XXXXXX)
 trap 'rm -rf "$dir"' EXIT
+# BC_TEST_MPIRUN_LINGER_S=N: Open MPI 4.1.4's mpirun with daemons on other
+# hosts (scripts/simcluster) and --enable-recovery did not exit after a rank
+# died, even once every survivor had exited (measured: mpirun and both orted
+# waited until killed). With N set, mpirun that is still there N s after the
+# last survivor's final line is terminated (SIGTERM: it removes its session
+# directory and its daemons), and that is reported as a note, not hidden.
+LINGER_S=${BC_TEST_MPIRUN_LINGER_S:-}
+survivors=$((np - 1))
 start=$(date +%s.%N)
 timeout -k 5 "$LIMIT_S" "$mpirun" --allow-run-as-root --oversubscribe --bind-to none --mca mpi_yield_when_idle 1 \
-  --enable-recovery "${envs[@]}" "${extra[@]}" -np "$np" "$prog" kill "$victim" "$dir" >"$dir/out" 2>&1
+  --enable-recovery "${envs[@]}" "${extra[@]}" -np "$np" "$prog" kill "$victim" "$dir" >"$dir/out" 2>&1 &
+launcher=$!
+lingered=""
+if [ -n "$LINGER_S" ]; then
+  all_done=""
+  while kill -0 "$launcher" 2>/dev/null; do
+    if [ -z "$all_done" ] && [ "$(grep -cE "^LIVENESS-(FINAL|STUCK)" "$dir/out")" -ge "$survivors" ]; then
+      all_done=$(date +%s)
+    fi
+    if [ -n "$all_done" ] && [ $(($(date +%s) - all_done)) -ge "$LINGER_S" ]; then
+      lingered=1
+      # This job's mpirun (its command line holds $dir), under any wrapper.
+      pkill -TERM -f "mpirun .*--enable-recovery.* $dir\$" 2>/dev/null
+      break
+    fi
+    sleep 0.2
+  done
+fi
+wait "$launcher"
 rc=$?
 wall=$(echo "$(date +%s.%N) - $start" | bc)
 fail=0
@@ -42,7 +68,7 @@ problem() { echo "FAIL: $*"; fail=1; }
 grep -E "^LIVENESS" "$dir/out" | cut -c1-600
 [ "$rc" = 124 ] || [ "$rc" = 137 ] && problem "mpirun did not return within ${LIMIT_S}s"
 echo "mpirun exit status $rc after ${wall}s (a killed rank makes it non-zero)"
-survivors=$((np - 1))
+[ -n "$lingered" ] && echo "note: mpirun was still running ${LINGER_S} s after every survivor had finished; terminated (BC_TEST_MPIRUN_LINGER_S)"
 lines=$(grep -c "^LIVENESS rank" "$dir/out")
 [ "$lines" = "$survivors" ] || problem "$lines of $survivors survivors reported"
 while read -r line; do
@@ -74,6 +100,8 @@ fi
 session=$(cat "$dir/session" 2>/dev/null)
 if [ -n "$session" ]; then
   jobdir=${session%/*/*}  # /tmp/ompi.HOST.UID/pid.MPIRUN
+  # Open MPI's daemons on other hosts remove theirs as they exit: allow 5 s.
+  for _ in $(seq 50); do [ -e "$jobdir" ] || break; sleep 0.1; done
   [ -e "$jobdir" ] && problem "left in /tmp: $jobdir"
 fi
 if [ "$fail" != 0 ]; then

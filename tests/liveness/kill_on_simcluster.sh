@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# kill -9 of one rank mid all-reduce across simulated hosts (issue 13, item 6):
+# tests/liveness/kill_check.sh on a scripts/simcluster of 2 hosts x 2 ranks,
+# so that the victim (rank 1, host 1) dies for one survivor on its own host
+# (seen through /proc) and for two on the other host (seen through the TCP
+# watch, lib/sched/liveness.h). Skips (exit 77, with the reason) where this
+# machine cannot make namespaces. Uses its own namespace prefix and state, so
+# it never touches a cluster a person has up, nor the MPI suite's.
+# Usage: kill_on_simcluster.sh SIMCLUSTER KILL_CHECK LIVENESS_CHECK [VAR=VALUE ...]
+set -u
+sc=$1 kill_check=$2 prog=$3
+shift 3
+export BC_SIMCLUSTER_PREFIX=${BC_SIMCLUSTER_TEST_PREFIX:-bctest}k
+export BC_SIMCLUSTER_STATE=${BC_SIMCLUSTER_TEST_STATE:-/run/bc-simcluster-test}-kill
+if ! reason=$("$sc" check 2>&1); then
+  echo "skipped: cannot make a simulated cluster here: $reason"
+  exit 77
+fi
+dir=$(mktemp -d /tmp/bc-killsim.XXXXXX)
+trap '"$sc" down >/dev/null 2>&1; rm -rf "$dir"' EXIT
+"$sc" down >/dev/null 2>&1
+"$sc" up --nodes 2 --slots 2 --bw 1gbit --delay 50us || { echo "simcluster up failed"; exit 1; }
+# kill_check.sh takes an mpirun; this one starts the ranks on the hosts.
+printf '#!/usr/bin/env bash\nexec "%s" run "$@"\n' "$sc" > "$dir/mpirun"
+chmod +x "$dir/mpirun"
+BC_TEST_MPIRUN_LINGER_S=${BC_TEST_MPIRUN_LINGER_S:-5} "$kill_check" "$dir/mpirun" "$prog" 4 "$@"
+rc=$?
+"$sc" down || { echo "simcluster down left something behind"; exit 1; }
+exit $rc
