@@ -1,4 +1,5 @@
 #include "transports/transport.h"
+#include "transports/ucx/ucx_watch.h"
 
 namespace bc {
 
@@ -13,6 +14,9 @@ const std::vector<TransportKind> &transport_kinds() {
   return kinds;
 }
 
-void transports_release_idle() { ucx_release_idle(); }
+void transports_release_idle() {
+  ucx_release_idle();
+  ucx_watch_release();
+}
 
 }  // namespace bc

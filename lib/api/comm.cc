@@ -289,7 +289,7 @@ Status comm_destroy(bc_comm *comm) {
   comm->dev_pool.clear();
   comm->host_pool.clear();
   comm->transports.clear();
-  comm->liveness.reset();  // after the transports: peers still waiting see a goodbye, not a death
+  comm->liveness.reset();  // its TCP watch connections stay with the process until bc_finalize
   // Local in Open MPI 4.1 (no synchronisation): safe after a peer died.
   const double transports_ms = ms_since(t0);
   const int rc = comm->mpi != MPI_COMM_NULL ? MPI_Comm_free(&comm->mpi) : MPI_SUCCESS;

@@ -119,7 +119,15 @@ Status Liveness::create(const TransportSetup &setup, std::unique_ptr<Liveness> *
   }
   BC_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &need_net, 1, MPI_INT, MPI_MAX, setup.bootstrap));
   if (need_net) {
-    Status st = UcxWatch::create(setup, net, &l->watch_);
+    // A process's identity, the same on every rank: the watch keeps one
+    // connection per process, whatever communicators it shares with us.
+    std::vector<uint64_t> keys(static_cast<size_t>(setup.size));
+    for (int r = 0; r < setup.size; ++r) {
+      const Ident &id = all[r];
+      keys[r] = fnv1a(std::string(id.host, strnlen(id.host, sizeof id.host)) + "/" + std::to_string(id.boot) + "/" +
+                      std::to_string(id.pid) + "/" + std::to_string(id.start));
+    }
+    Status st = UcxWatch::create(setup, net, keys, &l->watch_);
     if (st == BC_ERR_NOT_SUPPORTED) {
       // Every rank gets NotSupported alike. Deaths of these peers then show as
       // transport errors or at BC_TIMEOUT.
