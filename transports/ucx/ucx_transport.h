@@ -132,6 +132,8 @@ struct UcxWorker {
   std::recursive_mutex mutex;
   bool event_mode = false;
   int64_t rndv_thresh = 0;
+  // Network transports only (UCX_TLS=^sm): see worker_start.
+  bool network_only = false;
   ucp_context_h context = nullptr;
   ucp_worker_h worker = nullptr;
   int efd = -1;
