@@ -1,6 +1,7 @@
 #include "sched/liveness.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -18,7 +19,8 @@ namespace {
 struct Ident {
   int64_t pid;
   uint64_t start;
-  uint64_t boot;  // hash of /proc/sys/kernel/random/boot_id: same kernel instance
+  uint64_t boot;   // hash of /proc/sys/kernel/random/boot_id: same kernel instance
+  uint64_t pidns;  // inode of /proc/self/ns/pid: same pid namespace (0: unknown)
   char host[64];
 };
 
@@ -63,6 +65,18 @@ uint64_t boot_id_hash() {
   return ok ? fnv1a(id) : 0;
 }
 
+uint64_t pid_namespace() {
+  struct stat st;
+  return stat("/proc/self/ns/pid", &st) == 0 ? static_cast<uint64_t>(st.st_ino) : 0;
+}
+
+// Whether a and b can look at each other's /proc/PID: same host, kernel
+// instance and pid namespace. Every rank computes it alike for every pair.
+bool same_place(const Ident &a, const Ident &b) {
+  return a.boot != 0 && a.boot == b.boot && a.pidns != 0 && a.pidns == b.pidns && a.start != 0 && b.start != 0 &&
+         std::strncmp(a.host, b.host, sizeof a.host) == 0;
+}
+
 }  // namespace
 
 uint64_t proc_start_time(int64_t pid) {
@@ -81,12 +95,20 @@ Status Liveness::create(const TransportSetup &setup, std::unique_ptr<Liveness> *
   l->peers_.resize(static_cast<size_t>(setup.size));
   l->is_dead_.assign(static_cast<size_t>(setup.size), 0);
 
-  Ident me;
-  std::memset(&me, 0, sizeof me);
-  me.pid = static_cast<int64_t>(getpid());
-  me.start = proc_start_time(me.pid);
-  me.boot = boot_id_hash();
-  if (gethostname(me.host, sizeof me.host - 1) != 0) std::snprintf(me.host, sizeof me.host, "?");
+  // A process's identity does not change: read once (a fork gets its own pid,
+  // so the pid is part of the check).
+  static Ident self_ident;
+  if (self_ident.pid != static_cast<int64_t>(getpid())) {
+    Ident me;
+    std::memset(&me, 0, sizeof me);
+    me.pid = static_cast<int64_t>(getpid());
+    me.start = proc_start_time(me.pid);
+    me.boot = boot_id_hash();
+    me.pidns = pid_namespace();
+    if (gethostname(me.host, sizeof me.host - 1) != 0) std::snprintf(me.host, sizeof me.host, "?");
+    self_ident = me;
+  }
+  const Ident me = self_ident;
   std::vector<Ident> all(static_cast<size_t>(setup.size));
   BC_MPI_CHECK(MPI_Allgather(&me, sizeof me, MPI_BYTE, all.data(), sizeof me, MPI_BYTE, setup.bootstrap));
 
@@ -106,18 +128,19 @@ Status Liveness::create(const TransportSetup &setup, std::unique_ptr<Liveness> *
       p.way = Way::None;
       continue;
     }
-    // The same process as the one that reported, seen from here: same host
-    // and kernel, and its pid has the start time it told us (another pid
-    // namespace would show another process, or none, under that pid).
-    const bool here = mode == "auto" && id.boot != 0 && id.boot == me.boot && p.host == me.host && id.start != 0 &&
-                      proc_start_time(id.pid) == id.start;
+    // Its /proc/PID is the process that reported: same host, kernel and pid
+    // namespace (another pid namespace would show another process, or none,
+    // under that pid). Otherwise the TCP watch.
+    const bool here = mode == "auto" && same_place(me, id);
     p.way = here ? Way::Proc : Way::Net;
-    if (!here) {
-      net[r] = 1;
-      need_net = 1;
-    }
+    net[r] = here ? 0 : 1;
   }
-  BC_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &need_net, 1, MPI_INT, MPI_MAX, setup.bootstrap));
+  // Whether any rank watches any peer over TCP: every rank knows every
+  // identity, so every rank reaches the same answer without a collective.
+  // same_place is an equivalence (equal fields, each valid): all pairs share
+  // a place exactly when every rank shares rank 0's.
+  for (int r = 1; l->enabled_ && r < setup.size && !need_net; ++r)
+    need_net = mode != "auto" || !same_place(all[0], all[r]);
   if (need_net) {
     // A process's identity, the same on every rank: the watch keeps one
     // connection per process, whatever communicators it shares with us.
