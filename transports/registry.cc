@@ -1,4 +1,7 @@
 #include "transports/transport.h"
+
+#include <cstring>
+
 #include "transports/ucx/ucx_watch.h"
 
 namespace bc {
@@ -17,6 +20,13 @@ const std::vector<TransportKind> &transport_kinds() {
 void transports_release_idle() {
   ucx_release_idle();
   ucx_watch_release();
+  shm_release_idle();
+}
+
+void transports_retire(std::vector<std::unique_ptr<Transport>> *transports, bool clean) {
+  for (auto &t : *transports)
+    if (t && std::strcmp(t->name(), "shm") == 0) shm_transport_retire(std::move(t), clean);
+  transports->clear();
 }
 
 }  // namespace bc

@@ -100,5 +100,11 @@ Status mpi_transport_create(const TransportSetup &setup, std::unique_ptr<Transpo
 // it. bc_finalize calls it.
 void transports_release_idle();
 void ucx_release_idle();
+void shm_release_idle();
+// A destroyed communicator's transports: shm keeps its node setup for the next
+// communicator over the same processes when `clean` (shm_reuse.cc); the rest
+// are freed.
+void transports_retire(std::vector<std::unique_ptr<Transport>> *transports, bool clean);
+void shm_transport_retire(std::unique_ptr<Transport> t, bool clean);
 
 }  // namespace bc

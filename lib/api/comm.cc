@@ -289,7 +289,9 @@ Status comm_destroy(bc_comm *comm) {
   comm->dev_transports.clear();  // they wrap the host transports: first
   comm->dev_pool.clear();
   comm->host_pool.clear();
-  comm->transports.clear();
+  // A communicator that never failed leaves its shm node setup to the next one
+  // over the same processes (transports/shm/shm_reuse.cc).
+  transports_retire(&comm->transports, comm->broken_by == BC_OK);
   comm->liveness.reset();  // its TCP watch connections stay with the process until bc_finalize
   // Local in Open MPI 4.1 (no synchronisation): safe after a peer died.
   const double transports_ms = ms_since(t0);

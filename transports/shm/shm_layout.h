@@ -4,7 +4,9 @@
 // creates it, every rank of the node maps it, and it is unlinked as soon as all
 // have mapped it, so /dev/shm keeps nothing even if a rank is killed later (a
 // rank killed inside that setup window leaves a name behind, which the next
-// leader on the machine removes: shm_node.cc).
+// leader on the machine removes: shm_node.cc). A communicator destroyed
+// cleanly leaves its mapping to the next one over the same processes
+// (shm_reuse.cc), until bc_finalize.
 // Inside, one Channel per directed pair of the node's ranks (i -> j):
 //
 //   sender i                       Channel i -> j (shared)                  receiver j

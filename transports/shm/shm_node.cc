@@ -39,6 +39,7 @@ struct Hello {
   int64_t pid;
   uint64_t probe_addr;
   uint64_t probe_value;
+  uint64_t instance;  // rank 0's is the setup's id (Node::instance)
 };
 struct ProbeResult {
   int32_t result;  // 1: read every node peer; 0: failed; -1: not tried
@@ -249,9 +250,10 @@ Status Node::setup(const TransportSetup &s, Node *out) {
 
   // 1. Pids and probe words.
   const uint64_t probe_word = fresh_nonce();  // its address escapes to MPI: it stays in memory
-  Hello hello{static_cast<int64_t>(getpid()), reinterpret_cast<uintptr_t>(&probe_word), probe_word};
+  Hello hello{static_cast<int64_t>(getpid()), reinterpret_cast<uintptr_t>(&probe_word), probe_word, fresh_nonce()};
   std::vector<Hello> hellos(s.size);
   BC_MPI_CHECK(MPI_Allgather(&hello, sizeof hello, MPI_BYTE, hellos.data(), sizeof hello, MPI_BYTE, comm));
+  out->instance_ = hellos[0].instance;
   for (int r : out->ranks_) out->pids_.push_back(static_cast<pid_t>(hellos[r].pid));
 
   // 2. Can I read every node peer's memory directly?

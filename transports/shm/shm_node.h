@@ -33,6 +33,9 @@ class Node {
   size_t chunk() const { return chunk_; }
   uint32_t ring_slots() const { return ring_slots_; }
   size_t eager_bytes() const { return eager_bytes_; }  // 0: no eager path
+  // Chosen by the communicator's rank 0 at setup, the same on every rank: which
+  // setup a transport kept for reuse came from (shm_reuse.cc).
+  uint64_t instance() const { return instance_; }
   Channel *channel(int from, int to) const;
   unsigned char *ring(int from, int to) const;   // copy mode only
   unsigned char *eager(int from, int to) const;  // kEagerSlots inline areas of eager_bytes()
@@ -48,6 +51,7 @@ class Node {
   std::vector<int> local_of_;  // per communicator rank
   std::vector<pid_t> pids_;    // per local index
   int me_ = 0;
+  uint64_t instance_ = 0;
   bool cma_ = false;
   size_t chunk_ = 0;
   uint32_t ring_slots_ = 0;

@@ -63,6 +63,33 @@ ShmTransport::~ShmTransport() {
   // node_ unmaps the segment; it was unlinked at creation.
 }
 
+bool ShmTransport::locally_idle() const {
+  if (free_ops_.size() != ops_.size()) return false;
+  for (size_t l = 0; l < peers_.size(); ++l) {
+    if (static_cast<int>(l) == node_->me()) continue;
+    const Peer &p = peers_[l];
+    if (!p.broken.empty() || !p.queued.empty() || !p.sending.empty() || !p.unmatched.empty() ||
+        !p.streaming.empty() || !p.offers.empty())
+      return false;
+  }
+  return true;
+}
+
+bool ShmTransport::quiet() const {
+  if (!locally_idle()) return false;
+  for (size_t l = 0; l < peers_.size(); ++l) {
+    if (static_cast<int>(l) == node_->me()) continue;
+    const Peer &p = peers_[l];
+    if (p.in->published.load(std::memory_order_acquire) != p.seen) return false;
+    for (const Channel *ch : {p.out, p.in}) {
+      if (ch->head.load(std::memory_order_acquire) != ch->tail.load(std::memory_order_acquire)) return false;
+      for (const Desc &d : ch->desc)
+        if (desc_state(d.state.load(std::memory_order_acquire)) != kFree) return false;
+    }
+  }
+  return true;
+}
+
 bool ShmTransport::can_connect(int peer, bc_memtype_t mem) const {
   return (mem == BC_MEM_HOST || mem == BC_MEM_AUTO) && peer >= 0 && peer < size_ && peer != rank_ &&
          node_->local_of(peer) >= 0;
@@ -195,12 +222,5 @@ void ShmTransport::release(TransportRequest *req) {
 }
 
 }  // namespace shm
-
-Status shm_transport_create(const TransportSetup &setup, std::unique_ptr<Transport> *out) {
-  std::unique_ptr<shm::Node> node(new shm::Node);
-  BC_CHECK(shm::Node::setup(setup, node.get()));  // the same status on every rank
-  out->reset(new shm::ShmTransport(setup, std::move(node)));
-  return BC_OK;
-}
 
 }  // namespace bc

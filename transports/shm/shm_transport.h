@@ -87,6 +87,15 @@ class ShmTransport final : public Transport {
   Status test(TransportRequest *req, bool *done) override;
   void cancel(TransportRequest *req) override;
 
+  // Reuse by a later communicator over the same processes (shm_reuse.cc).
+  // Nothing of this rank's is in flight and no channel failed: worth keeping.
+  bool locally_idle() const;
+  // And every message in both directions of every channel has been consumed
+  // and freed by both sides (the peers are done with it too).
+  bool quiet() const;
+  uint64_t instance() const { return node_->instance(); }
+  uint64_t reuse_key = 0;  // what it was made for (shm_reuse.cc)
+
  private:
   // shm_transport.cc: requests and their operations.
   Status check(int peer, const void *buf, size_t bytes, bc_memtype_t mem, const char *what) const;
