@@ -31,6 +31,9 @@ namespace bc {
 // arguments, whose message a failing request would overwrite. BC_ERR_TIMEOUT (or BC_ERR_MPI) when
 // the round does not complete within BC_TIMEOUT: a rank never came.
 // Called without the communicator's lock (the progress thread keeps running).
+// It blocks, also for bc_iallreduce: non-blocking calls on different
+// communicators started in different orders on different ranks wait for each
+// other until BC_TIMEOUT (docs/FAILURES.md, known limitation).
 Status args_agree(bc_comm *c, const CollArgs &a, Status local);
 
 // The one-line description of a call's arguments used in the messages:

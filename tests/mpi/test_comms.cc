@@ -41,7 +41,11 @@ bool right(const std::vector<int32_t> &v, int p, int k) {
 TEST_CASE("communicators alive at once keep their messages apart, and many come and go", "[comms]") {
   const int p = world_size(), r = world_rank();
   for (const std::string &t : transports()) {
-    const std::string options = "BC_TRANSPORT=" + t + ";BC_TIMEOUT=20s";
+    // BC_CHECK_ARGS=0: the operations below are started in different orders
+    // on odd and even ranks, which the argument check's blocking agreement
+    // cannot serve yet (docs/FAILURES.md, "Non-blocking calls"); the debug
+    // build turns the check on by default.
+    const std::string options = "BC_TRANSPORT=" + t + ";BC_TIMEOUT=20s;BC_CHECK_ARGS=0";
     INFO("options " << options);
     // Three at once, each with an operation in flight started in a different
     // order on odd and even ranks; all of them wait in the same order.
