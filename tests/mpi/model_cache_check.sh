@@ -15,12 +15,7 @@
 # user's cache. Environment (tests/meson.build): MPIRUN, MPIRUN_ARGS, EXE
 # (bc_info), WORKDIR. Exit 0 on pass, 1 on failure.
 set -u
-W="$WORKDIR/model_cache"
-rm -rf "$W"
-mkdir -p "$W"
-read -r -a ARGS <<< "$MPIRUN_ARGS"
-status=0
-fail() { echo "FAIL: $*"; status=1; }
+. "$(dirname "$0")/../check_common.sh" model_cache
 
 # job NAME DIR [VAR=VALUE ...]: bc_info at np 4 on the layout in $layout.
 layout="BC_MODEL=calibrate;BC_TOPO=1"

@@ -9,12 +9,7 @@
 # Environment (tests/pmpi/meson.build): MPIRUN, MPIRUN_ARGS, PRELOAD, EXE
 # (bc_bench), WORKDIR. Exit 0 on pass, 1 on failure.
 set -u
-W="$WORKDIR/bench_via"
-rm -rf "$W"
-mkdir -p "$W"
-read -r -a ARGS <<< "$MPIRUN_ARGS"
-status=0
-fail() { echo "FAIL: $*"; status=1; }
+. "$(dirname "$0")/../check_common.sh" bench_via
 
 "$MPIRUN" "${ARGS[@]}" -x "LD_PRELOAD=$PRELOAD" -x "BC_PMPI_STATS=$W/stats.%r" -x BC_TOPO=2x2 \
   -x BC_MODEL=calibrate -x "BC_CACHE_DIR=$W/cache" -np 4 "$EXE" -c --via mpi --compare mpi --plan -m 4K:256K -i 3 -x 1 > "$W/via.out" 2>&1

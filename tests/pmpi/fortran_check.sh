@@ -7,11 +7,7 @@
 # Environment: MPIRUN, MPIRUN_ARGS, PRELOAD, EXE (pmpi_check_f), WORKDIR.
 set -u
 NP=3
-W="$WORKDIR/pmpi_fortran"
-rm -rf "$W"
-mkdir -p "$W"
-read -r -a ARGS <<< "$MPIRUN_ARGS"
-status=0
+. "$(dirname "$0")/../check_common.sh" pmpi_fortran
 
 "$MPIRUN" "${ARGS[@]}" -np "$NP" "$EXE" > "$W/plain.out" 2>&1 || { echo "FAIL: without the interposer:"; cat "$W/plain.out"; exit 1; }
 # BC_PMPI_ROUTE=bc: the counts below are the routing rules' (learning: pmpi_learn).

@@ -12,12 +12,7 @@
 # (pmpi_check), WORKDIR. Exit 0 on pass, 1 on failure.
 set -u
 NP=4
-W="$WORKDIR/pmpi_learn"
-rm -rf "$W"
-mkdir -p "$W"
-read -r -a ARGS <<< "$MPIRUN_ARGS"
-status=0
-fail() { echo "FAIL: $*"; status=1; }
+. "$(dirname "$0")/../check_common.sh" pmpi_learn
 
 "$MPIRUN" "${ARGS[@]}" -x "LD_PRELOAD=$PRELOAD" -x "BC_PMPI_STATS=$W/learn.%r" -np "$NP" "$EXE" --latency 40 \
   > "$W/learn.out" 2>&1 || { fail "learn run exited with $?"; cat "$W/learn.out"; }

@@ -16,11 +16,7 @@
 # Exit 0 on pass, 1 on failure.
 set -u
 NP=4
-W="$WORKDIR/pmpi_stats"
-rm -rf "$W"
-mkdir -p "$W"
-read -r -a ARGS <<< "$MPIRUN_ARGS"
-status=0
+. "$(dirname "$0")/../check_common.sh" pmpi_stats
 
 run() {  # run NAME [mpirun -x options...]: output (stdout + stderr) in $W/NAME.out
   local name=$1

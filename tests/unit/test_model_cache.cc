@@ -61,6 +61,19 @@ void spit(const std::string &path, const std::string &text) {
   out << text;
 }
 
+// A fresh directory holding one good model under kKey, as stored.
+struct StoredModel {
+  TempDir tmp;
+  std::string dir = tmp.path;
+  std::string path = model_cache_path(dir, kKey);
+  std::string why;
+  std::string good;
+  StoredModel() {
+    REQUIRE(model_cache_store(dir, kKey, model_text(), &why));
+    good = slurp(path);
+  }
+};
+
 // The file with one header line replaced (the model's checksum stays right).
 std::string with_header(const std::string &text, const std::string &name, const std::string &value) {
   std::istringstream in(text);
@@ -109,12 +122,9 @@ TEST_CASE("model cache: stored models load back for their key only", "[model_cac
 }
 
 TEST_CASE("model cache: foreign, corrupt and stale files are ignored", "[model_cache]") {
-  TempDir tmp;
-  const std::string &dir = tmp.path;
-  const std::string path = model_cache_path(dir, kKey);
-  std::string why;
-  REQUIRE(model_cache_store(dir, kKey, model_text(), &why));
-  const std::string good = slurp(path);
+  StoredModel stored;
+  const std::string &dir = stored.dir, &path = stored.path, &good = stored.good;
+  std::string &why = stored.why;
   REQUIRE(!good.empty());
   auto ignored = [&](const std::string &text, const char *reason) {
     spit(path, text);
@@ -159,12 +169,9 @@ TEST_CASE("model cache: foreign, corrupt and stale files are ignored", "[model_c
 }
 
 TEST_CASE("model cache: files and directories others can change are not trusted", "[model_cache]") {
-  TempDir tmp;
-  const std::string &dir = tmp.path;
-  const std::string path = model_cache_path(dir, kKey);
-  std::string why;
-  REQUIRE(model_cache_store(dir, kKey, model_text(), &why));
-  const std::string good = slurp(path);
+  StoredModel stored;
+  const std::string &dir = stored.dir, &path = stored.path;
+  std::string &why = stored.why;
   REQUIRE(chmod(path.c_str(), 0666) == 0);
   REQUIRE(model_cache_load(dir, kKey, kSig, 0, &why).empty());
   REQUIRE(why.find("writable by group or others") != std::string::npos);
