@@ -390,6 +390,13 @@ void shutdown() {
   e.shut_down = true;
 }
 
+void abort_job(int code) {
+  int inited = 0, finalized = 0;
+  MPI_Initialized(&inited);
+  MPI_Finalized(&finalized);
+  if (inited && !finalized) MPI_Abort(MPI_COMM_WORLD, code);
+}
+
 ProcessGroupBlueConnect::ProcessGroupBlueConnect(const c10::intrusive_ptr<c10d::Store> & /*store*/, int rank, int size,
                                                  std::vector<int64_t> world_ranks, std::chrono::milliseconds timeout)
     : c10d::ProcessGroup(rank, size), comms_(new Comms()), timeout_(timeout) {

@@ -39,6 +39,8 @@ std::tuple<int, int, std::string, int> mpi_rendezvous();
 // (collective), bc_finalize, and MPI_Finalize when this module initialised MPI.
 // Called by the Python package at exit; idempotent.
 void shutdown();
+// MPI_Abort(MPI_COMM_WORLD, code) when MPI is initialised and not finalised.
+void abort_job(int code);
 
 class ProcessGroupBlueConnect : public c10d::ProcessGroup {
  public:

@@ -9,7 +9,7 @@ python=$1 pkgdir=$2 np=$3 part=$4
 shift 4
 here=$(cd "$(dirname "$0")" && pwd)
 if [ -z "$python" ]; then
-  echo "skipped: torch was not found at configure time (scripts/install-deps installs python3-torch libtorch-dev; -Dtorch=auto)"
+  echo "skipped: the torch backend was not built (-Dtorch=disabled, or no torch at configure time: scripts/install-deps installs python3-torch libtorch-dev)"
   exit 77
 fi
 if ! "$python" -c 'import torch' >/dev/null 2>&1; then

@@ -26,6 +26,11 @@ import sys
 import traceback
 
 
+if len(sys.argv) > 1 and sys.argv[1] == "failures":
+    # read by bc_init, which runs when the package is imported
+    os.environ["BC_CHECK_ARGS"] = "1"
+
+
 def skip(reason):
     print("skipped: " + reason, flush=True)
     sys.exit(77)
@@ -357,15 +362,18 @@ def part_collectives():
     if dist.get_backend() != "blueconnect":
         fail("backend is %s" % dist.get_backend())
     groups = [(None, "world")]
-    # a subset: every rank but 0 (p >= 3), else all; then the even ranks
-    sub_ranks = list(range(1, p)) if p >= 3 else list(range(p))
-    sub = dist.new_group(sub_ranks)
-    if r in sub_ranks:
-        groups.append((sub, "group%s" % sub_ranks))
-    even = [q for q in range(p) if q % 2 == 0]
-    sub2 = dist.new_group(even)
-    if r in even:
-        groups.append((sub2, "group%s" % even))
+    # TEST_GROUPS=world (run with an uneven BC_TOPO, which fits the world's
+    # size only): no subgroups
+    if os.environ.get("TEST_GROUPS") != "world":
+        # a subset: every rank but 0 (p >= 3), else all; then the even ranks
+        sub_ranks = list(range(1, p)) if p >= 3 else list(range(p))
+        sub = dist.new_group(sub_ranks)
+        if r in sub_ranks:
+            groups.append((sub, "group%s" % sub_ranks))
+        even = [q for q in range(p) if q % 2 == 0]
+        sub2 = dist.new_group(even)
+        if r in even:
+            groups.append((sub2, "group%s" % even))
     # a Gloo group beside it, on the same store
     gloo = dist.new_group(backend="gloo")
     t = torch.ones(4)
@@ -431,9 +439,31 @@ def part_ddp():
         fail("DDP did not train: loss %r -> %r" % (bc_losses[0], bc_losses[-1]))
 
 
+def part_failures():
+    p, r = int(os.environ["WORLD_SIZE"]), int(os.environ["RANK"])
+    if p > 1:
+        # a rank that disagrees with MPI fails the init, naming both
+        expect_raises(lambda: dist.init_process_group("blueconnect", rank=(r + 1) % p, world_size=p),
+                      ["blueconnect", "rank %d given to init_process_group" % ((r + 1) % p),
+                       "MPI rank %d" % r], "init with a wrong rank")
+        # then a proper init, on a fresh port (the failed store keeps its own)
+        _, _, addr, port = blueconnect.torch._C.mpi_rendezvous()
+        dist.init_process_group("blueconnect", init_method="tcp://%s:%d" % (addr, port), rank=r, world_size=p)
+    else:
+        dist.init_process_group("blueconnect")
+    if p > 1:
+        # BC_CHECK_ARGS=1: different counts fail on every rank at wait(), the
+        # error raised on this thread; the group stays usable
+        work = dist.all_reduce(torch.ones(r + 1), async_op=True)
+        expect_raises(work.wait, ["blueconnect", "allreduce", "arguments differ between ranks"], "count mismatch")
+    t = torch.full((5,), float(r))
+    dist.all_reduce(t)
+    expect_equal(t, torch.full((5,), float(sum(range(p)))), "all_reduce after the errors")
+
+
 def main():
     part = sys.argv[1] if len(sys.argv) > 1 else "collectives"
-    {"collectives": part_collectives, "ddp": part_ddp}[part]()
+    {"collectives": part_collectives, "ddp": part_ddp, "failures": part_failures}[part]()
     n = torch.tensor([CHECKS], dtype=torch.int64)
     dist.all_reduce(n)
     if dist.get_rank() == 0:

@@ -11,6 +11,7 @@ and the store it makes also serves Gloo groups created beside it.
 """
 import atexit
 import os
+import sys
 from datetime import timedelta
 
 import torch.distributed as dist
@@ -87,3 +88,17 @@ if "BLUECONNECT" not in dist.Backend._plugins:
 # MPI must be finalised before the interpreter exits; this drains queued work
 # first. atexit runs it after the user's own exit handlers.
 atexit.register(_C.shutdown)
+
+if _under_mpirun():
+    # An uncaught exception on one rank would leave the others waiting for it
+    # in a collective (and this rank in MPI_Finalize): print it, then
+    # MPI_Abort the job, as `python -m mpi4py` does.
+    _previous_hook = sys.excepthook
+
+    def _abort_on_uncaught(kind, value, tb):
+        _previous_hook(kind, value, tb)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        _C.abort(1)
+
+    sys.excepthook = _abort_on_uncaught
