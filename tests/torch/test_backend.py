@@ -236,6 +236,14 @@ def check_coalesced_and_reduce(group, tag):
     dist.all_reduce_coalesced(ts, group=group)
     for k, n in enumerate(sizes):
         expect_equal(ts[k], reference("SUM", torch.float32, n, p) * (k + 1), "%s all_reduce_coalesced %d" % (tag, k))
+    # all_gather_coalesced: several sizes (torch wants one dtype), packed as bytes
+    ins = [torch.full((3,), r + 1, dtype=torch.float16), torch.arange(5, dtype=torch.float16) + r,
+           torch.ones(0, dtype=torch.float16)]
+    outs = [[poison(t.shape, t.dtype) for t in ins] for _ in range(p)]
+    dist.all_gather_coalesced(outs, ins, group=group)
+    for q in range(p):
+        expect_equal(outs[q][0], torch.full((3,), q + 1, dtype=torch.float16), "%s all_gather_coalesced %d/0" % (tag, q))
+        expect_equal(outs[q][1], torch.arange(5, dtype=torch.float16) + q, "%s all_gather_coalesced %d/1" % (tag, q))
     for dtype in DTYPES:
         for root in range(p):
             n = 1009
@@ -374,6 +382,9 @@ def part_collectives():
         sub2 = dist.new_group(even)
         if r in even:
             groups.append((sub2, "group%s" % even))
+    text = dist.distributed_c10d._get_default_group().describe(1 << 20)
+    if not text.strip():
+        fail("describe() gave nothing")
     # a Gloo group beside it, on the same store
     gloo = dist.new_group(backend="gloo")
     t = torch.ones(4)
