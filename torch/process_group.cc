@@ -216,7 +216,7 @@ class WorkBC : public c10d::Work {
         future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
 
   bool wait(std::chrono::milliseconds timeout) override {
-    if (timeout == kNoTimeout) timeout = timeout_;
+    if (timeout == kNoTimeout) timeout = timeout_ + grace_;
     std::unique_lock<std::mutex> lock(mutex_);
     if (!cv_.wait_for(lock, timeout, [&] { return completed_; })) {
       TORCH_CHECK(false, "blueconnect: ", name_, " did not complete within ", timeout.count(),
@@ -249,7 +249,13 @@ class WorkBC : public c10d::Work {
     finish(err);
   }
 
+  // For operations on BlueConnect's engine, which fails them itself after
+  // BC_TIMEOUT (the group's timeout) with a message that says which peer it
+  // waits for: wait() gives it time to, before its own plainer timeout.
+  void on_engine() { grace_ = std::chrono::milliseconds(2000) + timeout_ / 10; }
+
   const char *name_;
+  std::chrono::milliseconds grace_{0};
   std::vector<at::Tensor> outputs_;
   std::vector<at::Tensor> keep_;  // inputs, alive until done
   std::function<void()> body_;
@@ -486,6 +492,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBlueConnect::allreduce(std::vector<at
   bc_op_t op = to_bc_op(opts.reduceOp, "allreduce");
   bc_dtype_t dt = to_bc_dtype(tensors[0].scalar_type(), op, "allreduce");
   auto work = make_work(c10d::OpType::ALLREDUCE, "allreduce", tensors, timeout_);
+  work->on_engine();
   at::Tensor t = tensors[0];
   bc_comm_t comm = comms_->bc;
   work->body_ = [t, dt, op, comm] {
@@ -506,6 +513,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBlueConnect::allreduce_coalesced(
   }
   bc_dtype_t dt = to_bc_dtype(tensors[0].scalar_type(), op, "allreduce_coalesced");
   auto work = make_work(c10d::OpType::ALLREDUCE_COALESCED, "allreduce_coalesced", tensors, timeout_);
+  work->on_engine();
   bc_comm_t comm = comms_->bc;
   std::vector<at::Tensor> ts = tensors;
   work->body_ = [ts, dt, op, comm] {
@@ -526,6 +534,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBlueConnect::reduce(std::vector<at::T
   bc_op_t op = to_bc_op(opts.reduceOp, "reduce");
   bc_dtype_t dt = to_bc_dtype(tensors[0].scalar_type(), op, "reduce");
   auto work = make_work(c10d::OpType::REDUCE, "reduce", tensors, timeout_);
+  work->on_engine();
   at::Tensor t = tensors[0];
   bc_comm_t comm = comms_->bc;
   bool root = opts.rootRank == rank_;
@@ -548,6 +557,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBlueConnect::_allgather_base(at::Tens
   TORCH_CHECK(output.numel() == input.numel() * size_, "blueconnect: _allgather_base: the output has ",
               output.numel(), " elements, expected ", input.numel() * size_, " (group size x input)");
   auto work = make_work(c10d::OpType::_ALLGATHER_BASE, "_allgather_base", {output}, timeout_);
+  work->on_engine();
   work->keep_ = {input};
   bc_comm_t comm = comms_->bc;
   at::Tensor in = input, out = output;
@@ -570,6 +580,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBlueConnect::allgather(std::vector<st
               size_, " output tensors (one per rank)");
   for (auto &o : outputs[0]) check_same(inputs[0], o, "allgather");
   auto work = make_work(c10d::OpType::ALLGATHER, "allgather", outputs[0], timeout_);
+  work->on_engine();
   work->keep_ = inputs;
   bc_comm_t comm = comms_->bc;
   at::Tensor in = inputs[0];
@@ -597,6 +608,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBlueConnect::allgather_coalesced(
     flat_outs.insert(flat_outs.end(), list.begin(), list.end());
   }
   auto work = make_work(c10d::OpType::ALLGATHER_COALESCED, "allgather_coalesced", flat_outs, timeout_);
+  work->on_engine();
   work->keep_ = inputs;
   bc_comm_t comm = comms_->bc;
   std::vector<at::Tensor> ins = inputs;
@@ -622,6 +634,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBlueConnect::_reduce_scatter_base(at:
   bc_op_t op = to_bc_op(opts.reduceOp, "_reduce_scatter_base");
   bc_dtype_t dt = to_bc_dtype(input.scalar_type(), op, "_reduce_scatter_base");
   auto work = make_work(c10d::OpType::_REDUCE_SCATTER_BASE, "_reduce_scatter_base", {output}, timeout_);
+  work->on_engine();
   work->keep_ = {input};
   bc_comm_t comm = comms_->bc;
   at::Tensor in = input, out = output;
@@ -642,6 +655,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBlueConnect::reduce_scatter(std::vect
   bc_op_t op = to_bc_op(opts.reduceOp, "reduce_scatter");
   bc_dtype_t dt = to_bc_dtype(outputs[0].scalar_type(), op, "reduce_scatter");
   auto work = make_work(c10d::OpType::REDUCE_SCATTER, "reduce_scatter", outputs, timeout_);
+  work->on_engine();
   work->keep_ = inputs[0];
   bc_comm_t comm = comms_->bc;
   at::Tensor out = outputs[0];

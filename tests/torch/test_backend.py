@@ -16,6 +16,11 @@ with PART one of:
                in the same processes, on a Gloo group over the same store:
                parameters identical on every rank, equal to Gloo's within
                float tolerance, and the same loss curve.
+  failures     a rank given to init_process_group that disagrees with MPI;
+               with BC_CHECK_ARGS=1, ranks passing different counts (the
+               error comes from wait(), the group stays usable).
+  timeout      a rank that never joins an all-reduce: the others raise
+               within the group's timeout (3 s), naming it.
 Every check compares against a reference computed locally from small
 integers (exact in any reduction order), bit for bit; outputs are poisoned
 first. Prints "skipped: REASON" and exits 77 where torch or the extension
@@ -472,11 +477,37 @@ def part_failures():
     expect_equal(t, torch.full((5,), float(sum(range(p)))), "all_reduce after the errors")
 
 
+REPORT_GROUP = None  # the group that sums the checks at the end
+
+
+def part_timeout():
+    """A rank that never joins an all-reduce: the others raise within the
+    group's timeout (3 s here, plus the backend's grace), naming it."""
+    import time
+    from datetime import timedelta
+    global REPORT_GROUP
+    dist.init_process_group("blueconnect", timeout=timedelta(seconds=3))
+    p, r = dist.get_world_size(), dist.get_rank()
+    REPORT_GROUP = dist.new_group(backend="gloo", timeout=timedelta(seconds=120))
+    if p < 2:
+        return
+    absent = p - 1
+    if r != absent:
+        t0 = time.monotonic()
+        expect_raises(lambda: dist.all_reduce(torch.ones(1000)), ["blueconnect", "BC_TIMEOUT", "rank %d" % absent],
+                      "all_reduce without rank %d" % absent)
+        took = time.monotonic() - t0
+        if not 2.5 <= took <= 3 + 2.3 + 4:
+            fail("the timeout took %.1f s, expected about 3 s" % took)
+    dist.barrier(group=REPORT_GROUP)  # the absent rank waits here, on Gloo
+
+
 def main():
     part = sys.argv[1] if len(sys.argv) > 1 else "collectives"
-    {"collectives": part_collectives, "ddp": part_ddp, "failures": part_failures}[part]()
+    {"collectives": part_collectives, "ddp": part_ddp, "failures": part_failures,
+     "timeout": part_timeout}[part]()
     n = torch.tensor([CHECKS], dtype=torch.int64)
-    dist.all_reduce(n)
+    dist.all_reduce(n, group=REPORT_GROUP)
     if dist.get_rank() == 0:
         print("%s: %d checks passed on %d ranks" % (part, n.item(), dist.get_world_size()), flush=True)
 
