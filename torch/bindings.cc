@@ -27,6 +27,9 @@ PYBIND11_MODULE(_C, m) {
         "Initialises MPI and BlueConnect if needed; returns (world rank, world size)");
   m.def("mpi_rendezvous", &bctorch::mpi_rendezvous, py::call_guard<py::gil_scoped_release>(),
         "Collective over MPI_COMM_WORLD: (rank, size, master address, free port) agreed from rank 0");
+  m.def("set_nonblocking", &bctorch::set_nonblocking, py::arg("mode") = "",
+        "For tests: which all-reduces start non-blocking (auto, always, never; '' keeps it); "
+        "returns how many have so far");
   m.def("abort", &bctorch::abort_job, py::arg("code"),
         "MPI_Abort(MPI_COMM_WORLD, code) when MPI is up; nothing otherwise");
   m.def("shutdown", &bctorch::shutdown, py::call_guard<py::gil_scoped_release>(),

@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <climits>
 #include <condition_variable>
 #include <cstring>
@@ -43,9 +44,28 @@ void check_mpi(int rc, const char *what) {
 // group's communicators (destroyed together at shutdown, in creation order).
 
 struct Engine {
+  // A queued operation. An all-reduce queued behind others, or issued while
+  // others are in flight (DDP's buckets, several async_op calls), starts
+  // non-blocking (bc_iallreduce) and stays in flight, so several move at once;
+  // alone, it runs blocking (bc_allreduce), which is quicker for one call
+  // here (a hop through the progress thread costs more than it saves on 2
+  // cores). Every other operation runs to completion after everything in
+  // flight has completed, so each rank starts them in the order issued.
+  struct Task {
+    std::function<void()> fn;     // runs the operation to completion
+    std::function<void()> start;  // or starts it non-blocking (null: no such path)
+  };
+  // Started on the communication thread, advanced by the communicator's
+  // progress thread (BC_PROGRESS_THREAD=1), completed here by bc_test.
+  struct InFlight {
+    bc_request_t req;
+    std::function<void(std::exception_ptr)> done;
+  };
+
   std::mutex mu;
   std::condition_variable cv;
-  std::deque<std::function<void()>> queue;
+  std::deque<Task> queue;
+  std::deque<InFlight> in_flight;  // the communication thread's only
   std::thread thread;
   bool stopping = false;
   bool started = false;
@@ -55,29 +75,93 @@ struct Engine {
   int thread_level = MPI_THREAD_SINGLE;
   int world_rank = 0, world_size = 1;
   std::vector<std::function<void()>> destroyers;  // per group, creation order
+  // 0: auto (above), 1: every all-reduce non-blocking, 2: none (tests pick a path).
+  std::atomic<int> nonblocking_mode{0};
+  std::atomic<uint64_t> nonblocking_started{0};
 
-  void loop() {
-    for (;;) {
-      std::function<void()> task;
-      {
-        std::unique_lock<std::mutex> lock(mu);
-        cv.wait(lock, [&] { return stopping || !queue.empty(); });
-        if (queue.empty()) return;  // stopping, and drained
-        task = std::move(queue.front());
-        queue.pop_front();
+  // Tests every request in flight once; completes those done or failed.
+  void poll_in_flight() {
+    for (auto it = in_flight.begin(); it != in_flight.end();) {
+      int done = 0;
+      bc_status_t st = bc_test(&it->req, &done);
+      if (st != BC_OK || done) {
+        std::exception_ptr err;
+        if (st != BC_OK) {
+          try {
+            check_bc(st, "allreduce");
+          } catch (...) {
+            err = std::current_exception();
+          }
+        }
+        auto finish = std::move(it->done);
+        it = in_flight.erase(it);
+        finish(err);
+      } else {
+        ++it;
       }
-      task();  // never throws: each task catches its own exceptions
     }
   }
 
-  void submit(std::function<void()> task) {
+  void drain_in_flight() {
+    while (!in_flight.empty()) {
+      InFlight f = std::move(in_flight.front());
+      in_flight.pop_front();
+      bc_status_t st = bc_wait(&f.req);
+      std::exception_ptr err;
+      if (st != BC_OK) {
+        try {
+          check_bc(st, "allreduce");
+        } catch (...) {
+          err = std::current_exception();
+        }
+      }
+      f.done(err);
+    }
+  }
+
+  void loop() {
+    for (;;) {
+      Task task;
+      bool have = false, more = false;
+      {
+        std::unique_lock<std::mutex> lock(mu);
+        if (in_flight.empty()) {
+          cv.wait(lock, [&] { return stopping || !queue.empty(); });
+        } else {
+          // The progress thread moves the data; look at the flags now and then.
+          cv.wait_for(lock, std::chrono::microseconds(200), [&] { return !queue.empty(); });
+        }
+        if (!queue.empty()) {
+          task = std::move(queue.front());
+          queue.pop_front();
+          have = true;
+          more = !queue.empty();
+        } else if (stopping && in_flight.empty()) {
+          return;  // drained
+        }
+      }
+      if (have) {  // neither throws: each task catches its own exceptions
+        int mode = nonblocking_mode.load();
+        if (task.start && mode != 2 && (mode == 1 || more || !in_flight.empty())) {
+          ++nonblocking_started;
+          task.start();
+        } else {
+          drain_in_flight();
+          task.fn();
+        }
+      }
+      poll_in_flight();
+    }
+  }
+
+  void submit(std::function<void()> fn, std::function<void()> start = nullptr) {
     std::lock_guard<std::mutex> lock(mu);
     if (shut_down || stopping) fail("the backend was shut down (at interpreter exit); no more calls");
     if (!started) {
       thread = std::thread([this] { loop(); });
       started = true;
     }
-    queue.push_back(std::move(task));
+    queue.push_back(Task{std::move(fn), std::move(start)});
     cv.notify_one();
   }
 
@@ -236,7 +320,12 @@ class WorkBC : public c10d::Work {
     } catch (...) {
       err = std::current_exception();
     }
+    complete(err);
+  }
+
+  void complete(std::exception_ptr err) {
     body_ = nullptr;  // drops scratch buffers
+    istart_ = nullptr;
     keep_.clear();
     try {
       if (err)
@@ -259,12 +348,32 @@ class WorkBC : public c10d::Work {
   std::vector<at::Tensor> outputs_;
   std::vector<at::Tensor> keep_;  // inputs, alive until done
   std::function<void()> body_;
+  // Non-blocking instead: starts the operation, null when there is nothing
+  // to do (count 0).
+  std::function<bc_request_t()> istart_;
   std::chrono::milliseconds timeout_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
 };
 
 c10::intrusive_ptr<c10d::Work> enqueue(c10::intrusive_ptr<WorkBC> work) {
-  engine().submit([work] { work->run(); });
+  std::function<void()> start;
+  if (work->istart_) {
+    start = [work] {
+      bc_request_t req = nullptr;
+      try {
+        req = work->istart_();
+      } catch (...) {
+        work->complete(std::current_exception());
+        return;
+      }
+      if (!req) {
+        work->complete(nullptr);
+        return;
+      }
+      engine().in_flight.push_back({req, [work](std::exception_ptr err) { work->complete(err); }});
+    };
+  }
+  engine().submit([work] { work->run(); }, std::move(start));
   return work;
 }
 
@@ -396,6 +505,19 @@ void shutdown() {
   e.shut_down = true;
 }
 
+uint64_t set_nonblocking(const std::string &mode) {
+  Engine &e = engine();
+  if (mode == "auto")
+    e.nonblocking_mode = 0;
+  else if (mode == "always")
+    e.nonblocking_mode = 1;
+  else if (mode == "never")
+    e.nonblocking_mode = 2;
+  else if (mode != "")
+    fail("set_nonblocking: '" + mode + "' is none of auto, always, never");
+  return e.nonblocking_started.load();
+}
+
 void abort_job(int code) {
   int inited = 0, finalized = 0;
   MPI_Initialized(&inited);
@@ -422,7 +544,11 @@ ProcessGroupBlueConnect::ProcessGroupBlueConnect(const c10::intrusive_ptr<c10d::
                 world_ranks[rank], " for torch but this process is MPI rank ", e.world_rank);
   }
   Comms *c = comms_;
-  std::string options = "BC_TIMEOUT=" + std::to_string(std::max<int64_t>(1000, std::min<int64_t>(timeout.count(), 24LL * 3600 * 1000))) + "ms";
+  // The group's timeout for the engine, and a progress thread that advances
+  // the non-blocking all-reduces while the caller computes.
+  std::string options =
+      "BC_TIMEOUT=" + std::to_string(std::max<int64_t>(1000, std::min<int64_t>(timeout.count(), 24LL * 3600 * 1000))) +
+      "ms;BC_PROGRESS_THREAD=1";
   e.run_sync([c, world_ranks, options] {
     if (world_ranks.empty()) {
       check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &c->coll), "MPI_Comm_dup");
@@ -498,6 +624,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBlueConnect::allreduce(std::vector<at
   work->body_ = [t, dt, op, comm] {
     if (t.numel() == 0) return;
     check_bc(bc_allreduce(BC_IN_PLACE, t.data_ptr(), t.numel(), dt, op, comm), "allreduce");
+  };
+  // Behind other calls: non-blocking, several all-reduces (DDP's buckets) in
+  // flight at once, moved by the communicator's progress thread.
+  work->istart_ = [t, dt, op, comm]() -> bc_request_t {
+    if (t.numel() == 0) return nullptr;
+    bc_request_t req = nullptr;
+    check_bc(bc_iallreduce(BC_IN_PLACE, t.data_ptr(), t.numel(), dt, op, comm, &req), "allreduce");
+    return req;
   };
   return enqueue(work);
 }

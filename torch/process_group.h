@@ -5,11 +5,14 @@
 //
 // Threading. Every collective is checked on the caller's thread (a bad tensor,
 // dtype or op raises there, as a Python RuntimeError), then queued to one
-// communication thread per process, which runs the queued operations in order
-// with BlueConnect's and MPI's blocking calls and completes each Work and its
-// Future. So every call returns at once (async_op=True overlaps the caller's
-// compute) and async_op=False is the same call followed by wait(). One thread
-// for all groups keeps every BlueConnect and MPI collective on one thread: the
+// communication thread per process, which takes the queue in order and
+// completes each Work and its Future. An all-reduce behind other calls, or
+// while others are in flight, starts non-blocking (bc_iallreduce, moved by
+// the communicator's BC_PROGRESS_THREAD); everything else runs with
+// BlueConnect's and MPI's blocking calls once nothing is in flight. So every
+// call returns at once (async_op=True overlaps the caller's compute) and
+// async_op=False is the same call followed by wait(). One thread for all
+// groups keeps every BlueConnect and MPI collective call on one thread: the
 // engine shares UCX state between communicators. Point-to-point calls
 // (send/recv) are posted on the caller's thread (MPI_Isend/MPI_Irecv, which
 // needs MPI_THREAD_MULTIPLE) so that a send and a receive never queue behind
@@ -39,6 +42,10 @@ std::tuple<int, int, std::string, int> mpi_rendezvous();
 // (collective), bc_finalize, and MPI_Finalize when this module initialised MPI.
 // Called by the Python package at exit; idempotent.
 void shutdown();
+// Which all-reduces start non-blocking: "auto" (those queued behind others
+// or issued while others are in flight), "always", "never"; "" changes
+// nothing. Returns how many have started non-blocking so far. For tests.
+uint64_t set_nonblocking(const std::string &mode);
 // MPI_Abort(MPI_COMM_WORLD, code) when MPI is initialised and not finalised.
 void abort_job(int code);
 

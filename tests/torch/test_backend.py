@@ -395,6 +395,15 @@ def part_collectives():
     t = torch.ones(4)
     dist.all_reduce(t, group=gloo)
     expect_equal(t, torch.full((4,), float(p)), "gloo group beside blueconnect")
+    # every all-reduce on the non-blocking path (bc_iallreduce and the
+    # progress thread), then the automatic choice again
+    nb = blueconnect.torch._C
+    before = nb.set_nonblocking("always")
+    check_allreduce(None, "world nonblocking")
+    check_async(None, "world nonblocking")
+    started = nb.set_nonblocking("auto") - before
+    if started == 0:
+        fail("no all-reduce started non-blocking under set_nonblocking('always')")
     for g, tag in groups:
         check_allreduce(g, tag)
         check_reduce_scatter_allgather(g, tag)
