@@ -448,6 +448,14 @@ def part_ddp():
 
     bc_params, bc_losses = train(None)
     gl_params, gl_losses = train(gloo)
+    # again with every all-reduce on the non-blocking path: the same plan,
+    # so the same bits
+    nb = blueconnect.torch._C
+    before = nb.set_nonblocking("always")
+    nb_params, nb_losses = train(None)
+    if nb.set_nonblocking("auto") == before:
+        fail("no all-reduce started non-blocking in the DDP run under set_nonblocking('always')")
+    expect_equal(nb_params, bc_params, "DDP parameters, non-blocking vs automatic")
     # identical on every rank (compared through Gloo, bit for bit)
     everyone = [torch.empty_like(bc_params) for _ in range(p)]
     dist.all_gather(everyone, bc_params, group=gloo)
