@@ -39,12 +39,13 @@ def setup_env_from_mpi():
     os.environ.setdefault("MASTER_PORT", str(port))
 
 
-def _check_store(store, rank, size, world_ranks, timeout):
+def _check_store(store, rank, size, world_ranks, my_world_rank, timeout):
     """Every member writes its MPI world rank under its group rank in the
     store torch gave us, and reads all: a store that is not shared, or ranks
-    that do not match MPI's, fail here with the reason."""
+    that do not match MPI's (`world_ranks`: torch's idea), fail here with the
+    reason."""
     key = "blueconnect/world_rank/%d"
-    store.set(key % rank, str(world_ranks[rank]))
+    store.set(key % rank, str(my_world_rank))
     keys = [key % r for r in range(size)]
     try:
         store.wait(keys, min(timeout, timedelta(seconds=120)))
@@ -72,10 +73,10 @@ def _create(opts, pg_options=None):
         if rank != world_rank:
             raise RuntimeError("blueconnect: rank %d given to init_process_group disagrees with this process's "
                                "MPI rank %d" % (rank, world_rank))
-        _check_store(opts.store, rank, size, list(range(size)), opts.timeout)
+        _check_store(opts.store, rank, size, list(range(size)), world_rank, opts.timeout)
     else:
         # Global ranks are ranks of the default group, which is MPI_COMM_WORLD.
-        _check_store(opts.store, rank, size, ranks, opts.timeout)
+        _check_store(opts.store, rank, size, ranks, world_rank, opts.timeout)
     return _C.ProcessGroupBlueConnect(opts.store, rank, size, ranks, opts.timeout)
 
 
