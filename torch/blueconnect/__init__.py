@@ -1,0 +1,2 @@
+"""BlueConnect's Python packages. `import blueconnect.torch` registers the
+torch.distributed backend "blueconnect" (docs/TORCH.md)."""

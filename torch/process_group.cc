@@ -1,0 +1,1038 @@
+// ProcessGroupBlueConnect: see process_group.h for the threading design and
+// docs/TORCH.md for which call takes which path.
+#include "process_group.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <climits>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <future>
+#include <mutex>
+#include <stdexcept>
+#include <thread>
+
+#include <ATen/ATen.h>
+#include <ATen/core/ivalue.h>
+
+namespace bctorch {
+namespace {
+
+[[noreturn]] void fail(const std::string &what) { throw std::runtime_error("blueconnect: " + what); }
+
+void check_bc(bc_status_t st, const char *what) {
+  if (st != BC_OK) fail(std::string(what) + ": " + bc_strerror(st) + ": " + bc_last_error());
+}
+
+void check_mpi(int rc, const char *what) {
+  if (rc != MPI_SUCCESS) {
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(rc, msg, &len);
+    fail(std::string(what) + ": MPI error: " + std::string(msg, len));
+  }
+}
+
+// ---------------------------------------------------------------------------
+// The process-wide state: MPI, bc_init, the communication thread and every
+// group's communicators (destroyed together at shutdown, in creation order).
+
+struct Engine {
+  // A queued operation. An all-reduce queued behind others, or issued while
+  // others are in flight (DDP's buckets, several async_op calls), starts
+  // non-blocking (bc_iallreduce) and stays in flight, so several move at once;
+  // alone, it runs blocking (bc_allreduce), which is quicker for one call
+  // here (a hop through the progress thread costs more than it saves on 2
+  // cores). Every other operation runs to completion after everything in
+  // flight has completed, so each rank starts them in the order issued.
+  struct Task {
+    std::function<void()> fn;     // runs the operation to completion
+    std::function<void()> start;  // or starts it non-blocking (null: no such path)
+  };
+  // Started on the communication thread, advanced by the communicator's
+  // progress thread (BC_PROGRESS_THREAD=1), completed here by bc_test.
+  struct InFlight {
+    bc_request_t req;
+    std::function<void(std::exception_ptr)> done;
+  };
+
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<Task> queue;
+  std::deque<InFlight> in_flight;  // the communication thread's only
+  std::thread thread;
+  bool stopping = false;
+  bool started = false;
+  bool initialised = false;
+  bool shut_down = false;
+  bool we_initialised_mpi = false;
+  int thread_level = MPI_THREAD_SINGLE;
+  int world_rank = 0, world_size = 1;
+  std::vector<std::function<void()>> destroyers;  // per group, creation order
+  // 0: auto (above), 1: every all-reduce non-blocking, 2: none (tests pick a path).
+  std::atomic<int> nonblocking_mode{0};
+  std::atomic<uint64_t> nonblocking_started{0};
+
+  // Tests every request in flight once; completes those done or failed.
+  void poll_in_flight() {
+    for (auto it = in_flight.begin(); it != in_flight.end();) {
+      int done = 0;
+      bc_status_t st = bc_test(&it->req, &done);
+      if (st != BC_OK || done) {
+        std::exception_ptr err;
+        if (st != BC_OK) {
+          try {
+            check_bc(st, "allreduce");
+          } catch (...) {
+            err = std::current_exception();
+          }
+        }
+        auto finish = std::move(it->done);
+        it = in_flight.erase(it);
+        finish(err);
+      } else {
+        ++it;
+      }
+    }
+  }
+
+  void drain_in_flight() {
+    while (!in_flight.empty()) {
+      InFlight f = std::move(in_flight.front());
+      in_flight.pop_front();
+      bc_status_t st = bc_wait(&f.req);
+      std::exception_ptr err;
+      if (st != BC_OK) {
+        try {
+          check_bc(st, "allreduce");
+        } catch (...) {
+          err = std::current_exception();
+        }
+      }
+      f.done(err);
+    }
+  }
+
+  void loop() {
+    for (;;) {
+      Task task;
+      bool have = false, more = false;
+      {
+        std::unique_lock<std::mutex> lock(mu);
+        if (in_flight.empty()) {
+          cv.wait(lock, [&] { return stopping || !queue.empty(); });
+        } else {
+          // The progress thread moves the data; look at the flags now and then.
+          cv.wait_for(lock, std::chrono::microseconds(200), [&] { return !queue.empty(); });
+        }
+        if (!queue.empty()) {
+          task = std::move(queue.front());
+          queue.pop_front();
+          have = true;
+          more = !queue.empty();
+        } else if (stopping && in_flight.empty()) {
+          return;  // drained
+        }
+      }
+      if (have) {  // neither throws: each task catches its own exceptions
+        int mode = nonblocking_mode.load();
+        if (task.start && mode != 2 && (mode == 1 || more || !in_flight.empty())) {
+          ++nonblocking_started;
+          task.start();
+        } else {
+          drain_in_flight();
+          task.fn();
+        }
+      }
+      poll_in_flight();
+    }
+  }
+
+  void submit(std::function<void()> fn, std::function<void()> start = nullptr) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (shut_down || stopping) fail("the backend was shut down (at interpreter exit); no more calls");
+    if (!started) {
+      thread = std::thread([this] { loop(); });
+      started = true;
+    }
+    queue.push_back(Task{std::move(fn), std::move(start)});
+    cv.notify_one();
+  }
+
+  // Runs `f` on the communication thread and waits for it; its exception
+  // comes back here.
+  void run_sync(std::function<void()> f) {
+    auto done = std::make_shared<std::promise<void>>();
+    std::future<void> fut = done->get_future();
+    submit([f = std::move(f), done] {
+      try {
+        f();
+        done->set_value();
+      } catch (...) {
+        done->set_exception(std::current_exception());
+      }
+    });
+    fut.get();
+  }
+};
+
+Engine &engine() {
+  static Engine *e = new Engine();  // never destroyed: Python may drop groups after exit handlers
+  return *e;
+}
+
+void ensure_init() {
+  Engine &e = engine();
+  std::lock_guard<std::mutex> lock(e.mu);
+  if (e.shut_down) fail("the backend was shut down (at interpreter exit)");
+  if (e.initialised) return;
+  int inited = 0, finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized) fail("MPI was already finalised");
+  MPI_Initialized(&inited);
+  if (!inited) {
+    check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &e.thread_level), "MPI_Init_thread");
+    e.we_initialised_mpi = true;
+  } else {
+    MPI_Query_thread(&e.thread_level);
+  }
+  MPI_Comm_rank(MPI_COMM_WORLD, &e.world_rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &e.world_size);
+  check_bc(bc_init(), "bc_init");
+  e.initialised = true;
+}
+
+// ---------------------------------------------------------------------------
+// Tensors, dtypes and ops.
+
+void check_tensor(const at::Tensor &t, const char *what) {
+  TORCH_CHECK(t.defined(), "blueconnect: ", what, ": undefined tensor");
+  TORCH_CHECK(t.device().is_cpu(), "blueconnect: ", what, ": the tensor is on ", t.device(),
+              "; this build of the blueconnect backend serves CPU tensors only");
+  TORCH_CHECK(t.layout() == c10::kStrided, "blueconnect: ", what, ": only dense (strided) tensors are supported");
+  TORCH_CHECK(t.is_contiguous(), "blueconnect: ", what,
+              ": the tensor is not contiguous; pass tensor.contiguous() (and copy the result back)");
+}
+
+void check_one(const std::vector<at::Tensor> &ts, const char *what) {
+  TORCH_CHECK(ts.size() == 1, "blueconnect: ", what, ": expects exactly one tensor per process, got ", ts.size());
+  check_tensor(ts[0], what);
+}
+
+void check_same(const at::Tensor &a, const at::Tensor &b, const char *what) {
+  check_tensor(b, what);
+  TORCH_CHECK(a.scalar_type() == b.scalar_type(), "blueconnect: ", what, ": dtypes differ (", a.scalar_type(),
+              " and ", b.scalar_type(), ")");
+  TORCH_CHECK(a.numel() == b.numel(), "blueconnect: ", what, ": sizes differ (", a.numel(), " and ", b.numel(),
+              " elements)");
+}
+
+bool bitwise(bc_op_t op) { return op == BC_BAND || op == BC_BOR || op == BC_BXOR; }
+
+bc_op_t to_bc_op(const c10d::ReduceOp &rop, const char *what) {
+  switch (static_cast<c10d::ReduceOp::RedOpType>(rop)) {
+    case c10d::ReduceOp::SUM: return BC_SUM;
+    case c10d::ReduceOp::AVG: return BC_AVG;
+    case c10d::ReduceOp::PRODUCT: return BC_PROD;
+    case c10d::ReduceOp::MIN: return BC_MIN;
+    case c10d::ReduceOp::MAX: return BC_MAX;
+    case c10d::ReduceOp::BAND: return BC_BAND;
+    case c10d::ReduceOp::BOR: return BC_BOR;
+    case c10d::ReduceOp::BXOR: return BC_BXOR;
+    default: break;
+  }
+  TORCH_CHECK(false, "blueconnect: ", what, ": reduce op ", static_cast<int>(static_cast<c10d::ReduceOp::RedOpType>(rop)),
+              " is not supported (SUM, AVG, PRODUCT, MIN, MAX, BAND, BOR, BXOR are)");
+}
+
+// The BlueConnect dtype for a reduction of `s` with `op`; a clear error where
+// BlueConnect cannot reduce it.
+bc_dtype_t to_bc_dtype(at::ScalarType s, bc_op_t op, const char *what) {
+  bool floating = false;
+  bc_dtype_t d = BC_FLOAT32;
+  switch (s) {
+    case at::kFloat: d = BC_FLOAT32; floating = true; break;
+    case at::kDouble: d = BC_FLOAT64; floating = true; break;
+    case at::kHalf: d = BC_FLOAT16; floating = true; break;
+    case at::kBFloat16: d = BC_BFLOAT16; floating = true; break;
+    case at::kChar: d = BC_INT8; break;
+    case at::kByte: d = BC_UINT8; break;
+    case at::kInt: d = BC_INT32; break;
+    case at::kLong: d = BC_INT64; break;
+    case at::kBool:
+      // 0/1 bytes: and, or, xor, min and max stay 0/1; sum and product would not.
+      TORCH_CHECK(bitwise(op) || op == BC_MIN || op == BC_MAX, "blueconnect: ", what, ": bool tensors reduce only with "
+                  "BAND, BOR, BXOR, MIN or MAX, not ", bc_op_name(op));
+      return BC_UINT8;
+    default:
+      TORCH_CHECK(false, "blueconnect: ", what, ": dtype ", s, " is not supported for reductions (float32, float64, "
+                  "float16, bfloat16, int8, uint8, int32, int64; bool with the bitwise ops)");
+  }
+  TORCH_CHECK(!(floating && bitwise(op)), "blueconnect: ", what, ": ", bc_op_name(op), " needs an integer dtype, not ", s);
+  TORCH_CHECK(!(!floating && op == BC_AVG), "blueconnect: ", what, ": AVG needs a floating dtype, not ", s);
+  return d;
+}
+
+size_t nbytes(const at::Tensor &t) { return t.numel() * t.element_size(); }
+
+int to_int(size_t n, const char *what) {
+  if (n > static_cast<size_t>(INT_MAX)) fail(std::string(what) + ": more than 2 GiB in one MPI call is not supported");
+  return static_cast<int>(n);
+}
+
+char *ptr(const at::Tensor &t) { return static_cast<char *>(t.data_ptr()); }
+
+// ---------------------------------------------------------------------------
+// Work.
+
+using Clock = std::chrono::steady_clock;
+
+class WorkBC : public c10d::Work {
+ public:
+  WorkBC(c10d::OpType type, const char *name, std::vector<at::Tensor> outputs, std::chrono::milliseconds timeout)
+      : c10d::Work(-1, type), name_(name), outputs_(std::move(outputs)), timeout_(timeout),
+        future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
+
+  bool wait(std::chrono::milliseconds timeout) override {
+    if (timeout == kNoTimeout) timeout = timeout_ + grace_;
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (!cv_.wait_for(lock, timeout, [&] { return completed_; })) {
+      TORCH_CHECK(false, "blueconnect: ", name_, " did not complete within ", timeout.count(),
+                  " ms (the process group's timeout); a rank may not have joined it");
+    }
+    if (exception_) std::rethrow_exception(exception_);
+    return true;
+  }
+  std::vector<at::Tensor> result() override { return outputs_; }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+
+  // On the communication thread: runs the body, completes the future, then the work.
+  void run() {
+    std::exception_ptr err;
+    try {
+      body_();
+    } catch (...) {
+      err = std::current_exception();
+    }
+    complete(err);
+  }
+
+  void complete(std::exception_ptr err) {
+    body_ = nullptr;  // drops scratch buffers
+    istart_ = nullptr;
+    keep_.clear();
+    try {
+      if (err)
+        future_->setError(err);
+      else
+        future_->markCompleted(c10::IValue(outputs_));
+    } catch (...) {
+      // A callback chained on the future threw: it holds its own error.
+    }
+    finish(err);
+  }
+
+  // For operations on BlueConnect's engine, which fails them itself after
+  // BC_TIMEOUT (the group's timeout) with a message that says which peer it
+  // waits for: wait() gives it time to, before its own plainer timeout.
+  void on_engine() { grace_ = std::chrono::milliseconds(2000) + timeout_ / 10; }
+
+  const char *name_;
+  std::chrono::milliseconds grace_{0};
+  std::vector<at::Tensor> outputs_;
+  std::vector<at::Tensor> keep_;  // inputs, alive until done
+  std::function<void()> body_;
+  // Non-blocking instead: starts the operation, null when there is nothing
+  // to do (count 0).
+  std::function<bc_request_t()> istart_;
+  std::chrono::milliseconds timeout_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+};
+
+c10::intrusive_ptr<c10d::Work> enqueue(c10::intrusive_ptr<WorkBC> work) {
+  std::function<void()> start;
+  if (work->istart_) {
+    start = [work] {
+      bc_request_t req = nullptr;
+      try {
+        req = work->istart_();
+      } catch (...) {
+        work->complete(std::current_exception());
+        return;
+      }
+      if (!req) {
+        work->complete(nullptr);
+        return;
+      }
+      engine().in_flight.push_back({req, [work](std::exception_ptr err) { work->complete(err); }});
+    };
+  }
+  engine().submit([work] { work->run(); }, std::move(start));
+  return work;
+}
+
+// Point-to-point: posted on the caller's thread, completed by MPI_Test/MPI_Wait.
+class WorkP2P : public c10d::Work {
+ public:
+  WorkP2P(c10d::OpType type, at::Tensor t, MPI_Request req, std::chrono::milliseconds timeout)
+      : c10d::Work(-1, type), tensor_(std::move(t)), req_(req), timeout_(timeout),
+        future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
+
+  bool isCompleted() override { return poll(); }
+  bool wait(std::chrono::milliseconds timeout) override {
+    if (timeout == kNoTimeout) timeout = timeout_;
+    auto deadline = Clock::now() + timeout;
+    while (!poll()) {
+      TORCH_CHECK(Clock::now() < deadline, "blueconnect: ", c10d::opTypeToString(opType_), " did not complete within ",
+                  timeout.count(), " ms (the process group's timeout)");
+      std::this_thread::yield();
+    }
+    return true;
+  }
+  int sourceRank() const override { return source_; }
+  std::vector<at::Tensor> result() override { return {tensor_}; }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+
+ private:
+  bool poll() {
+    std::lock_guard<std::mutex> lock(p2p_mu_);
+    if (done_) return true;
+    int flag = 0;
+    MPI_Status status;
+    int rc = MPI_Test(&req_, &flag, &status);
+    if (rc != MPI_SUCCESS) {
+      done_ = true;
+      std::exception_ptr err = std::make_exception_ptr(std::runtime_error("blueconnect: MPI_Test failed"));
+      future_->setError(err);
+      finish(err);
+      std::rethrow_exception(err);
+    }
+    if (!flag) return false;
+    done_ = true;
+    source_ = status.MPI_SOURCE;
+    future_->markCompleted(c10::IValue(std::vector<at::Tensor>{tensor_}));
+    finish();
+    return true;
+  }
+  std::mutex p2p_mu_;
+  at::Tensor tensor_;
+  MPI_Request req_;
+  std::chrono::milliseconds timeout_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+  bool done_ = false;
+  int source_ = -1;
+};
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+
+struct ProcessGroupBlueConnect::Comms {
+  MPI_Comm coll = MPI_COMM_NULL;  // MPI collectives, on the communication thread
+  MPI_Comm p2p = MPI_COMM_NULL;   // send/recv, on the callers' threads
+  bc_comm_t bc = nullptr;         // BlueConnect collectives
+  int rank = 0, size = 1;
+};
+
+std::pair<int, int> mpi_world() {
+  ensure_init();
+  return {engine().world_rank, engine().world_size};
+}
+
+std::tuple<int, int, std::string, int> mpi_rendezvous() {
+  ensure_init();
+  Engine &e = engine();
+  // Rank 0 offers its address and a port the kernel says is free now.
+  char buf[512] = {0};
+  int all_local = 0;
+  MPI_Comm node;
+  check_mpi(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node), "MPI_Comm_split_type");
+  int node_size = 0;
+  MPI_Comm_size(node, &node_size);
+  MPI_Comm_free(&node);
+  int mine = node_size == e.world_size ? 1 : 0;
+  check_mpi(MPI_Allreduce(&mine, &all_local, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD), "MPI_Allreduce");
+  int port = 0;
+  if (e.world_rank == 0) {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (fd >= 0) {
+      sockaddr_in a{};
+      a.sin_family = AF_INET;
+      a.sin_addr.s_addr = htonl(INADDR_ANY);
+      a.sin_port = 0;
+      socklen_t len = sizeof a;
+      if (::bind(fd, reinterpret_cast<sockaddr *>(&a), sizeof a) == 0 &&
+          ::getsockname(fd, reinterpret_cast<sockaddr *>(&a), &len) == 0)
+        port = ntohs(a.sin_port);
+      ::close(fd);
+    }
+    if (all_local)
+      std::snprintf(buf, sizeof buf, "127.0.0.1");
+    else
+      ::gethostname(buf, sizeof buf - 1);
+  }
+  check_mpi(MPI_Bcast(buf, sizeof buf, MPI_CHAR, 0, MPI_COMM_WORLD), "MPI_Bcast");
+  check_mpi(MPI_Bcast(&port, 1, MPI_INT, 0, MPI_COMM_WORLD), "MPI_Bcast");
+  if (port == 0) fail("rank 0 could not find a free TCP port for torch's rendezvous; set MASTER_PORT");
+  return {e.world_rank, e.world_size, std::string(buf), port};
+}
+
+void shutdown() {
+  Engine &e = engine();
+  {
+    std::lock_guard<std::mutex> lock(e.mu);
+    if (e.shut_down || !e.initialised) {
+      e.shut_down = true;
+      return;
+    }
+    e.stopping = true;
+    e.cv.notify_all();
+  }
+  if (e.started) e.thread.join();  // drains what was queued
+  std::lock_guard<std::mutex> lock(e.mu);
+  for (auto &d : e.destroyers) d();
+  e.destroyers.clear();
+  bc_finalize();
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (e.we_initialised_mpi && !finalized) MPI_Finalize();
+  e.shut_down = true;
+}
+
+uint64_t set_nonblocking(const std::string &mode) {
+  Engine &e = engine();
+  if (mode == "auto")
+    e.nonblocking_mode = 0;
+  else if (mode == "always")
+    e.nonblocking_mode = 1;
+  else if (mode == "never")
+    e.nonblocking_mode = 2;
+  else if (mode != "")
+    fail("set_nonblocking: '" + mode + "' is none of auto, always, never");
+  return e.nonblocking_started.load();
+}
+
+void abort_job(int code) {
+  int inited = 0, finalized = 0;
+  MPI_Initialized(&inited);
+  MPI_Finalized(&finalized);
+  if (inited && !finalized) MPI_Abort(MPI_COMM_WORLD, code);
+}
+
+ProcessGroupBlueConnect::ProcessGroupBlueConnect(const c10::intrusive_ptr<c10d::Store> & /*store*/, int rank, int size,
+                                                 std::vector<int64_t> world_ranks, std::chrono::milliseconds timeout)
+    : c10d::ProcessGroup(rank, size), comms_(new Comms()), timeout_(timeout) {
+  ensure_init();
+  Engine &e = engine();
+  TORCH_CHECK(e.thread_level >= MPI_THREAD_SERIALIZED, "blueconnect: MPI gives thread level ", e.thread_level,
+              "; the backend needs at least MPI_THREAD_SERIALIZED (MPI_THREAD_MULTIPLE for send/recv)");
+  if (world_ranks.empty()) {
+    TORCH_CHECK(size == e.world_size, "blueconnect: world_size ", size, " given to init_process_group disagrees with "
+                "MPI's world size ", e.world_size, " (launch with mpirun -np ", size, ", or drop world_size)");
+    TORCH_CHECK(rank == e.world_rank, "blueconnect: rank ", rank, " given to init_process_group disagrees with "
+                "this process's MPI rank ", e.world_rank, " (drop rank, or unset RANK)");
+  } else {
+    TORCH_CHECK(static_cast<int>(world_ranks.size()) == size, "blueconnect: the group has ", size, " ranks but ",
+                world_ranks.size(), " global ranks were given");
+    TORCH_CHECK(world_ranks[rank] == e.world_rank, "blueconnect: group rank ", rank, " is global rank ",
+                world_ranks[rank], " for torch but this process is MPI rank ", e.world_rank);
+  }
+  Comms *c = comms_;
+  // The group's timeout for the engine, and a progress thread that advances
+  // the non-blocking all-reduces while the caller computes.
+  std::string options =
+      "BC_TIMEOUT=" + std::to_string(std::max<int64_t>(1000, std::min<int64_t>(timeout.count(), 24LL * 3600 * 1000))) +
+      "ms;BC_PROGRESS_THREAD=1";
+  e.run_sync([c, world_ranks, options] {
+    if (world_ranks.empty()) {
+      check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &c->coll), "MPI_Comm_dup");
+    } else {
+      MPI_Group world_group, group;
+      std::vector<int> ranks(world_ranks.begin(), world_ranks.end());
+      check_mpi(MPI_Comm_group(MPI_COMM_WORLD, &world_group), "MPI_Comm_group");
+      check_mpi(MPI_Group_incl(world_group, static_cast<int>(ranks.size()), ranks.data(), &group), "MPI_Group_incl");
+      // Collective over the group's members only: ranks outside it never call.
+      int rc = MPI_Comm_create_group(MPI_COMM_WORLD, group, 0x6263, &c->coll);
+      MPI_Group_free(&group);
+      MPI_Group_free(&world_group);
+      check_mpi(rc, "MPI_Comm_create_group");
+    }
+    check_mpi(MPI_Comm_dup(c->coll, &c->p2p), "MPI_Comm_dup");
+    MPI_Comm_rank(c->coll, &c->rank);
+    MPI_Comm_size(c->coll, &c->size);
+    check_bc(bc_comm_create_with(c->coll, options.c_str(), &c->bc), "bc_comm_create");
+  });
+  TORCH_CHECK(comms_->rank == rank && comms_->size == size, "blueconnect: the MPI communicator has rank ", comms_->rank,
+              " of ", comms_->size, ", torch expects ", rank, " of ", size);
+  std::lock_guard<std::mutex> lock(e.mu);
+  e.destroyers.push_back([c] {
+    if (c->bc) bc_comm_destroy(&c->bc);
+    if (c->p2p != MPI_COMM_NULL) MPI_Comm_free(&c->p2p);
+    if (c->coll != MPI_COMM_NULL) MPI_Comm_free(&c->coll);
+    delete c;
+  });
+}
+
+// The communicators stay alive until shutdown (freeing them is collective,
+// and Python drops groups at arbitrary times).
+ProcessGroupBlueConnect::~ProcessGroupBlueConnect() = default;
+
+namespace {
+c10::intrusive_ptr<WorkBC> make_work(c10d::OpType type, const char *name, std::vector<at::Tensor> outputs,
+                                     std::chrono::milliseconds timeout) {
+  return c10::make_intrusive<WorkBC>(type, name, std::move(outputs), timeout);
+}
+
+// Packs tensors back to back into one byte buffer, and back.
+at::Tensor pack(const std::vector<at::Tensor> &ts) {
+  size_t total = 0;
+  for (auto &t : ts) total += nbytes(t);
+  at::Tensor flat = at::empty({static_cast<int64_t>(total)}, at::kByte);
+  size_t off = 0;
+  for (auto &t : ts) {
+    if (nbytes(t)) std::memcpy(ptr(flat) + off, ptr(t), nbytes(t));
+    off += nbytes(t);
+  }
+  return flat;
+}
+void unpack(const char *src, const std::vector<at::Tensor> &ts) {
+  size_t off = 0;
+  for (auto &t : ts) {
+    if (nbytes(t)) std::memcpy(ptr(t), src + off, nbytes(t));
+    off += nbytes(t);
+  }
+}
+}  // namespace
+
+// --- BlueConnect engine ----------------------------------------------------
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupBlueConnect::allreduce(std::vector<at::Tensor> &tensors,
+                                                                  const c10d::AllreduceOptions &opts) {
+  check_one(tensors, "allreduce");
+  bc_op_t op = to_bc_op(opts.reduceOp, "allreduce");
+  bc_dtype_t dt = to_bc_dtype(tensors[0].scalar_type(), op, "allreduce");
+  auto work = make_work(c10d::OpType::ALLREDUCE, "allreduce", tensors, timeout_);
+  work->on_engine();
+  at::Tensor t = tensors[0];
+  bc_comm_t comm = comms_->bc;
+  work->body_ = [t, dt, op, comm] {
+    if (t.numel() == 0) return;
+    check_bc(bc_allreduce(BC_IN_PLACE, t.data_ptr(), t.numel(), dt, op, comm), "allreduce");
+  };
+  // Behind other calls: non-blocking, several all-reduces (DDP's buckets) in
+  // flight at once, moved by the communicator's progress thread.
+  work->istart_ = [t, dt, op, comm]() -> bc_request_t {
+    if (t.numel() == 0) return nullptr;
+    bc_request_t req = nullptr;
+    check_bc(bc_iallreduce(BC_IN_PLACE, t.data_ptr(), t.numel(), dt, op, comm, &req), "allreduce");
+    return req;
+  };
+  return enqueue(work);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupBlueConnect::allreduce_coalesced(
+    std::vector<at::Tensor> &tensors, const c10d::AllreduceCoalescedOptions &opts) {
+  TORCH_CHECK(!tensors.empty(), "blueconnect: allreduce_coalesced: no tensors");
+  bc_op_t op = to_bc_op(opts.reduceOp, "allreduce_coalesced");
+  for (auto &t : tensors) {
+    check_tensor(t, "allreduce_coalesced");
+    TORCH_CHECK(t.scalar_type() == tensors[0].scalar_type(), "blueconnect: allreduce_coalesced: all tensors need "
+                "one dtype (", tensors[0].scalar_type(), " and ", t.scalar_type(), ")");
+  }
+  bc_dtype_t dt = to_bc_dtype(tensors[0].scalar_type(), op, "allreduce_coalesced");
+  auto work = make_work(c10d::OpType::ALLREDUCE_COALESCED, "allreduce_coalesced", tensors, timeout_);
+  work->on_engine();
+  bc_comm_t comm = comms_->bc;
+  std::vector<at::Tensor> ts = tensors;
+  work->body_ = [ts, dt, op, comm] {
+    at::Tensor flat = pack(ts);
+    int64_t count = flat.numel() / static_cast<int64_t>(ts[0].element_size());
+    if (count == 0) return;
+    check_bc(bc_allreduce(BC_IN_PLACE, flat.data_ptr(), count, dt, op, comm), "allreduce_coalesced");
+    unpack(ptr(flat), ts);
+  };
+  return enqueue(work);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupBlueConnect::reduce(std::vector<at::Tensor> &tensors,
+                                                               const c10d::ReduceOptions &opts) {
+  check_one(tensors, "reduce");
+  TORCH_CHECK(opts.rootRank >= 0 && opts.rootRank < size_, "blueconnect: reduce: root ", opts.rootRank,
+              " is not a rank of the group");
+  bc_op_t op = to_bc_op(opts.reduceOp, "reduce");
+  bc_dtype_t dt = to_bc_dtype(tensors[0].scalar_type(), op, "reduce");
+  auto work = make_work(c10d::OpType::REDUCE, "reduce", tensors, timeout_);
+  work->on_engine();
+  at::Tensor t = tensors[0];
+  bc_comm_t comm = comms_->bc;
+  bool root = opts.rootRank == rank_;
+  // An all-reduce into scratch: every dtype and op the engine has, the same
+  // bits as allreduce; only the root keeps the result.
+  work->body_ = [t, dt, op, comm, root] {
+    if (t.numel() == 0) return;
+    at::Tensor scratch = at::empty_like(t);
+    check_bc(bc_allreduce(t.data_ptr(), scratch.data_ptr(), t.numel(), dt, op, comm), "reduce");
+    if (root) std::memcpy(ptr(t), ptr(scratch), nbytes(t));
+  };
+  return enqueue(work);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupBlueConnect::_allgather_base(at::Tensor &output, at::Tensor &input,
+                                                                        const c10d::AllgatherOptions &) {
+  check_tensor(input, "_allgather_base");
+  check_tensor(output, "_allgather_base");
+  TORCH_CHECK(output.scalar_type() == input.scalar_type(), "blueconnect: _allgather_base: dtypes differ");
+  TORCH_CHECK(output.numel() == input.numel() * size_, "blueconnect: _allgather_base: the output has ",
+              output.numel(), " elements, expected ", input.numel() * size_, " (group size x input)");
+  auto work = make_work(c10d::OpType::_ALLGATHER_BASE, "_allgather_base", {output}, timeout_);
+  work->on_engine();
+  work->keep_ = {input};
+  bc_comm_t comm = comms_->bc;
+  at::Tensor in = input, out = output;
+  int rank = rank_;
+  // Bytes: no reduction, so every dtype goes.
+  work->body_ = [in, out, comm, rank] {
+    size_t n = nbytes(in);
+    if (n == 0) return;
+    const void *send = ptr(in) == ptr(out) + rank * n ? BC_IN_PLACE : in.data_ptr();
+    check_bc(bc_allgather(send, out.data_ptr(), static_cast<int64_t>(n), BC_UINT8, comm), "_allgather_base");
+  };
+  return enqueue(work);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupBlueConnect::allgather(std::vector<std::vector<at::Tensor>> &outputs,
+                                                                  std::vector<at::Tensor> &inputs,
+                                                                  const c10d::AllgatherOptions &) {
+  check_one(inputs, "allgather");
+  TORCH_CHECK(outputs.size() == 1 && static_cast<int>(outputs[0].size()) == size_, "blueconnect: allgather: expects ",
+              size_, " output tensors (one per rank)");
+  for (auto &o : outputs[0]) check_same(inputs[0], o, "allgather");
+  auto work = make_work(c10d::OpType::ALLGATHER, "allgather", outputs[0], timeout_);
+  work->on_engine();
+  work->keep_ = inputs;
+  bc_comm_t comm = comms_->bc;
+  at::Tensor in = inputs[0];
+  std::vector<at::Tensor> outs = outputs[0];
+  work->body_ = [in, outs, comm] {
+    size_t n = nbytes(in);
+    if (n == 0) return;
+    at::Tensor flat = at::empty({static_cast<int64_t>(n * outs.size())}, at::kByte);
+    check_bc(bc_allgather(in.data_ptr(), flat.data_ptr(), static_cast<int64_t>(n), BC_UINT8, comm), "allgather");
+    unpack(ptr(flat), outs);
+  };
+  return enqueue(work);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupBlueConnect::allgather_coalesced(
+    std::vector<std::vector<at::Tensor>> &outputs, std::vector<at::Tensor> &inputs, const c10d::AllgatherOptions &) {
+  TORCH_CHECK(static_cast<int>(outputs.size()) == size_, "blueconnect: allgather_coalesced: expects ", size_,
+              " output lists (one per rank)");
+  for (auto &t : inputs) check_tensor(t, "allgather_coalesced");
+  std::vector<at::Tensor> flat_outs;
+  for (auto &list : outputs) {
+    TORCH_CHECK(list.size() == inputs.size(), "blueconnect: allgather_coalesced: each output list needs ",
+                inputs.size(), " tensors");
+    for (size_t i = 0; i < list.size(); ++i) check_same(inputs[i], list[i], "allgather_coalesced");
+    flat_outs.insert(flat_outs.end(), list.begin(), list.end());
+  }
+  auto work = make_work(c10d::OpType::ALLGATHER_COALESCED, "allgather_coalesced", flat_outs, timeout_);
+  work->on_engine();
+  work->keep_ = inputs;
+  bc_comm_t comm = comms_->bc;
+  std::vector<at::Tensor> ins = inputs;
+  int p = size_;
+  work->body_ = [ins, flat_outs, comm, p] {
+    at::Tensor send = pack(ins);
+    int64_t n = send.numel();
+    if (n == 0) return;
+    at::Tensor recv = at::empty({n * p}, at::kByte);
+    check_bc(bc_allgather(send.data_ptr(), recv.data_ptr(), n, BC_UINT8, comm), "allgather_coalesced");
+    unpack(ptr(recv), flat_outs);  // rank-major, as packed
+  };
+  return enqueue(work);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupBlueConnect::_reduce_scatter_base(at::Tensor &output, at::Tensor &input,
+                                                                             const c10d::ReduceScatterOptions &opts) {
+  check_tensor(input, "_reduce_scatter_base");
+  check_tensor(output, "_reduce_scatter_base");
+  TORCH_CHECK(output.scalar_type() == input.scalar_type(), "blueconnect: _reduce_scatter_base: dtypes differ");
+  TORCH_CHECK(input.numel() == output.numel() * size_, "blueconnect: _reduce_scatter_base: the input has ",
+              input.numel(), " elements, expected ", output.numel() * size_, " (group size x output)");
+  bc_op_t op = to_bc_op(opts.reduceOp, "_reduce_scatter_base");
+  bc_dtype_t dt = to_bc_dtype(input.scalar_type(), op, "_reduce_scatter_base");
+  auto work = make_work(c10d::OpType::_REDUCE_SCATTER_BASE, "_reduce_scatter_base", {output}, timeout_);
+  work->on_engine();
+  work->keep_ = {input};
+  bc_comm_t comm = comms_->bc;
+  at::Tensor in = input, out = output;
+  work->body_ = [in, out, dt, op, comm] {
+    if (out.numel() == 0) return;
+    check_bc(bc_reduce_scatter(in.data_ptr(), out.data_ptr(), out.numel(), dt, op, comm), "_reduce_scatter_base");
+  };
+  return enqueue(work);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupBlueConnect::reduce_scatter(std::vector<at::Tensor> &outputs,
+                                                                       std::vector<std::vector<at::Tensor>> &inputs,
+                                                                       const c10d::ReduceScatterOptions &opts) {
+  check_one(outputs, "reduce_scatter");
+  TORCH_CHECK(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == size_, "blueconnect: reduce_scatter: expects ",
+              size_, " input tensors (one per rank)");
+  for (auto &t : inputs[0]) check_same(outputs[0], t, "reduce_scatter");
+  bc_op_t op = to_bc_op(opts.reduceOp, "reduce_scatter");
+  bc_dtype_t dt = to_bc_dtype(outputs[0].scalar_type(), op, "reduce_scatter");
+  auto work = make_work(c10d::OpType::REDUCE_SCATTER, "reduce_scatter", outputs, timeout_);
+  work->on_engine();
+  work->keep_ = inputs[0];
+  bc_comm_t comm = comms_->bc;
+  at::Tensor out = outputs[0];
+  std::vector<at::Tensor> ins = inputs[0];
+  work->body_ = [out, ins, dt, op, comm] {
+    if (out.numel() == 0) return;
+    at::Tensor flat = pack(ins);
+    check_bc(bc_reduce_scatter(flat.data_ptr(), out.data_ptr(), out.numel(), dt, op, comm), "reduce_scatter");
+  };
+  return enqueue(work);
+}
+
+// --- MPI -------------------------------------------------------------------
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupBlueConnect::broadcast(std::vector<at::Tensor> &tensors,
+                                                                  const c10d::BroadcastOptions &opts) {
+  check_one(tensors, "broadcast");
+  TORCH_CHECK(opts.rootRank >= 0 && opts.rootRank < size_, "blueconnect: broadcast: root ", opts.rootRank,
+              " is not a rank of the group");
+  auto work = make_work(c10d::OpType::BROADCAST, "broadcast", tensors, timeout_);
+  at::Tensor t = tensors[0];
+  MPI_Comm comm = comms_->coll;
+  int root = static_cast<int>(opts.rootRank);
+  work->body_ = [t, comm, root] {
+    size_t n = nbytes(t);
+    constexpr size_t kPiece = size_t(1) << 30;
+    for (size_t off = 0; off < n; off += kPiece) {
+      int len = static_cast<int>(std::min(kPiece, n - off));
+      check_mpi(MPI_Bcast(ptr(t) + off, len, MPI_BYTE, root, comm), "broadcast");
+    }
+  };
+  return enqueue(work);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupBlueConnect::gather(std::vector<std::vector<at::Tensor>> &outputs,
+                                                               std::vector<at::Tensor> &inputs,
+                                                               const c10d::GatherOptions &opts) {
+  check_one(inputs, "gather");
+  TORCH_CHECK(opts.rootRank >= 0 && opts.rootRank < size_, "blueconnect: gather: root ", opts.rootRank,
+              " is not a rank of the group");
+  bool root = opts.rootRank == rank_;
+  std::vector<at::Tensor> outs;
+  if (root) {
+    TORCH_CHECK(outputs.size() == 1 && static_cast<int>(outputs[0].size()) == size_, "blueconnect: gather: the root "
+                "needs ", size_, " output tensors");
+    for (auto &o : outputs[0]) check_same(inputs[0], o, "gather");
+    outs = outputs[0];
+  } else {
+    TORCH_CHECK(outputs.empty() || (outputs.size() == 1 && outputs[0].empty()),
+                "blueconnect: gather: only the root passes output tensors");
+  }
+  auto work = make_work(c10d::OpType::GATHER, "gather", outs, timeout_);
+  work->keep_ = inputs;
+  at::Tensor in = inputs[0];
+  MPI_Comm comm = comms_->coll;
+  int r = static_cast<int>(opts.rootRank), p = size_;
+  work->body_ = [in, outs, comm, r, p, root] {
+    int n = to_int(nbytes(in) * p, "gather");
+    at::Tensor flat = at::empty({root ? n : 0}, at::kByte);
+    check_mpi(MPI_Gather(in.data_ptr(), static_cast<int>(nbytes(in)), MPI_BYTE, root ? flat.data_ptr() : nullptr,
+                         static_cast<int>(nbytes(in)), MPI_BYTE, r, comm), "gather");
+    if (root) unpack(ptr(flat), outs);
+  };
+  return enqueue(work);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupBlueConnect::scatter(std::vector<at::Tensor> &outputs,
+                                                                std::vector<std::vector<at::Tensor>> &inputs,
+                                                                const c10d::ScatterOptions &opts) {
+  check_one(outputs, "scatter");
+  TORCH_CHECK(opts.rootRank >= 0 && opts.rootRank < size_, "blueconnect: scatter: root ", opts.rootRank,
+              " is not a rank of the group");
+  bool root = opts.rootRank == rank_;
+  std::vector<at::Tensor> ins;
+  if (root) {
+    TORCH_CHECK(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == size_, "blueconnect: scatter: the root "
+                "needs ", size_, " input tensors");
+    for (auto &t : inputs[0]) check_same(outputs[0], t, "scatter");
+    ins = inputs[0];
+  } else {
+    TORCH_CHECK(inputs.empty() || (inputs.size() == 1 && inputs[0].empty()),
+                "blueconnect: scatter: only the root passes input tensors");
+  }
+  auto work = make_work(c10d::OpType::SCATTER, "scatter", outputs, timeout_);
+  work->keep_ = ins;
+  at::Tensor out = outputs[0];
+  MPI_Comm comm = comms_->coll;
+  int r = static_cast<int>(opts.rootRank), p = size_;
+  work->body_ = [out, ins, comm, r, p, root] {
+    to_int(nbytes(out) * p, "scatter");
+    at::Tensor flat = root ? pack(ins) : at::empty({0}, at::kByte);
+    int n = static_cast<int>(nbytes(out));
+    check_mpi(MPI_Scatter(root ? flat.data_ptr() : nullptr, n, MPI_BYTE, out.data_ptr(), n, MPI_BYTE, r, comm),
+              "scatter");
+  };
+  return enqueue(work);
+}
+
+namespace {
+// Byte counts and displacements for MPI_Alltoallv from dim-0 split sizes.
+void splits_to_counts(const at::Tensor &t, const std::vector<int64_t> &splits, int p, std::vector<int> &counts,
+                      std::vector<int> &displs, const char *what) {
+  size_t row = t.dim() == 0 || t.size(0) == 0 ? 0 : nbytes(t) / t.size(0);
+  counts.assign(p, 0);
+  displs.assign(p, 0);
+  if (splits.empty()) {
+    TORCH_CHECK(t.dim() > 0 && t.size(0) % p == 0, "blueconnect: ", what, ": dim 0 (", t.dim() ? t.size(0) : 0,
+                ") is not divisible by the group size ", p);
+    for (int i = 0; i < p; ++i) counts[i] = to_int(row * (t.size(0) / p), what);
+  } else {
+    TORCH_CHECK(static_cast<int>(splits.size()) == p, "blueconnect: ", what, ": ", splits.size(),
+                " split sizes for a group of ", p);
+    int64_t sum = 0;
+    for (int i = 0; i < p; ++i) {
+      TORCH_CHECK(splits[i] >= 0, "blueconnect: ", what, ": a negative split size");
+      counts[i] = to_int(row * splits[i], what);
+      sum += splits[i];
+    }
+    TORCH_CHECK(t.dim() > 0 && sum == t.size(0), "blueconnect: ", what, ": split sizes sum to ", sum,
+                ", dim 0 is ", t.dim() ? t.size(0) : 0);
+  }
+  size_t off = 0;
+  for (int i = 0; i < p; ++i) {
+    displs[i] = to_int(off, what);
+    off += counts[i];
+  }
+  to_int(off, what);
+}
+}  // namespace
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupBlueConnect::alltoall_base(at::Tensor &output, at::Tensor &input,
+                                                                      std::vector<int64_t> &output_split_sizes,
+                                                                      std::vector<int64_t> &input_split_sizes,
+                                                                      const c10d::AllToAllOptions &) {
+  check_tensor(input, "alltoall_base");
+  check_tensor(output, "alltoall_base");
+  TORCH_CHECK(input.scalar_type() == output.scalar_type(), "blueconnect: alltoall_base: dtypes differ");
+  std::vector<int> sc, sd, rc, rd;
+  splits_to_counts(input, input_split_sizes, size_, sc, sd, "alltoall_base");
+  splits_to_counts(output, output_split_sizes, size_, rc, rd, "alltoall_base");
+  auto work = make_work(c10d::OpType::ALLTOALL_BASE, "alltoall_base", {output}, timeout_);
+  work->keep_ = {input};
+  at::Tensor in = input, out = output;
+  MPI_Comm comm = comms_->coll;
+  work->body_ = [in, out, sc, sd, rc, rd, comm] {
+    check_mpi(MPI_Alltoallv(in.data_ptr(), sc.data(), sd.data(), MPI_BYTE, out.data_ptr(), rc.data(), rd.data(),
+                            MPI_BYTE, comm), "alltoall_base");
+  };
+  return enqueue(work);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupBlueConnect::alltoall(std::vector<at::Tensor> &outputs,
+                                                                 std::vector<at::Tensor> &inputs,
+                                                                 const c10d::AllToAllOptions &) {
+  TORCH_CHECK(static_cast<int>(outputs.size()) == size_ && static_cast<int>(inputs.size()) == size_,
+              "blueconnect: alltoall: expects ", size_, " input and ", size_, " output tensors");
+  std::vector<int> sc(size_), sd(size_), rc(size_), rd(size_);
+  size_t so = 0, ro = 0;
+  for (int i = 0; i < size_; ++i) {
+    check_tensor(inputs[i], "alltoall");
+    check_tensor(outputs[i], "alltoall");
+    TORCH_CHECK(inputs[i].scalar_type() == inputs[0].scalar_type() &&
+                outputs[i].scalar_type() == inputs[0].scalar_type(), "blueconnect: alltoall: dtypes differ");
+    sc[i] = to_int(nbytes(inputs[i]), "alltoall");
+    rc[i] = to_int(nbytes(outputs[i]), "alltoall");
+    sd[i] = to_int(so, "alltoall");
+    rd[i] = to_int(ro, "alltoall");
+    so += sc[i];
+    ro += rc[i];
+  }
+  to_int(so, "alltoall");
+  to_int(ro, "alltoall");
+  auto work = make_work(c10d::OpType::ALLTOALL, "alltoall", outputs, timeout_);
+  work->keep_ = inputs;
+  std::vector<at::Tensor> ins = inputs, outs = outputs;
+  MPI_Comm comm = comms_->coll;
+  work->body_ = [ins, outs, sc, sd, rc, rd, ro, comm] {
+    at::Tensor send = pack(ins);
+    at::Tensor recv = at::empty({static_cast<int64_t>(ro)}, at::kByte);
+    check_mpi(MPI_Alltoallv(send.data_ptr(), sc.data(), sd.data(), MPI_BYTE, recv.data_ptr(), rc.data(), rd.data(),
+                            MPI_BYTE, comm), "alltoall");
+    unpack(ptr(recv), outs);
+  };
+  return enqueue(work);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupBlueConnect::barrier(const c10d::BarrierOptions &) {
+  auto work = make_work(c10d::OpType::BARRIER, "barrier", {}, timeout_);
+  MPI_Comm comm = comms_->coll;
+  // Queued behind every earlier call of this process, as torch expects.
+  work->body_ = [comm] { check_mpi(MPI_Barrier(comm), "barrier"); };
+  return enqueue(work);
+}
+
+namespace {
+void check_p2p(const std::vector<at::Tensor> &tensors, const char *what) {
+  check_one(tensors, what);
+  TORCH_CHECK(engine().thread_level >= MPI_THREAD_MULTIPLE, "blueconnect: ", what,
+              " needs MPI_THREAD_MULTIPLE, and MPI was initialised with a lower thread level");
+  to_int(nbytes(tensors[0]), what);
+}
+}  // namespace
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupBlueConnect::send(std::vector<at::Tensor> &tensors, int dst, int tag) {
+  check_p2p(tensors, "send");
+  TORCH_CHECK(dst >= 0 && dst < size_, "blueconnect: send: rank ", dst, " is not in the group");
+  at::Tensor t = tensors[0];
+  MPI_Request req;
+  check_mpi(MPI_Isend(t.data_ptr(), static_cast<int>(nbytes(t)), MPI_BYTE, dst, tag, comms_->p2p, &req), "send");
+  return c10::make_intrusive<WorkP2P>(c10d::OpType::SEND, t, req, timeout_);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupBlueConnect::recv(std::vector<at::Tensor> &tensors, int src, int tag) {
+  check_p2p(tensors, "recv");
+  TORCH_CHECK(src >= 0 && src < size_, "blueconnect: recv: rank ", src, " is not in the group");
+  at::Tensor t = tensors[0];
+  MPI_Request req;
+  check_mpi(MPI_Irecv(t.data_ptr(), static_cast<int>(nbytes(t)), MPI_BYTE, src, tag, comms_->p2p, &req), "recv");
+  return c10::make_intrusive<WorkP2P>(c10d::OpType::RECV, t, req, timeout_);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupBlueConnect::recvAnysource(std::vector<at::Tensor> &tensors, int tag) {
+  check_p2p(tensors, "recv");
+  at::Tensor t = tensors[0];
+  MPI_Request req;
+  check_mpi(MPI_Irecv(t.data_ptr(), static_cast<int>(nbytes(t)), MPI_BYTE, MPI_ANY_SOURCE, tag, comms_->p2p, &req),
+            "recv");
+  return c10::make_intrusive<WorkP2P>(c10d::OpType::RECVANYSOURCE, t, req, timeout_);
+}
+
+std::string ProcessGroupBlueConnect::describe(int64_t count) {
+  std::string out;
+  bc_comm_t comm = comms_->bc;
+  engine().run_sync([&] {
+    size_t needed = 0;
+    bc_comm_describe(comm, count, BC_FLOAT32, nullptr, 0, &needed);
+    std::vector<char> buf(needed + 1);
+    check_bc(bc_comm_describe(comm, count, BC_FLOAT32, buf.data(), buf.size(), &needed), "describe");
+    out = buf.data();
+  });
+  return out;
+}
+
+}  // namespace bctorch
