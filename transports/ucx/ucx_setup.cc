@@ -588,6 +588,17 @@ void UcxTransport::abort_peer(int peer, ucs_status_t why) {
 // queues, which only progress moves; flush the endpoints this communicator
 // used, within one bound, so that they reach their peers even if this process
 // stops calling UCX. Under w_->mutex.
+//
+// The bound is short (kCleanFlushMs, not the 1 s close timeout): a flush can
+// need the peer's progress, and a peer that has finished its own last
+// collective may be inside MPI for a while (the next communicator's creation)
+// without calling UCX. Then the flush waited out the full second: 4 of 10
+// later communicators on layout a took 1.0 s to destroy instead of 10-20 ms.
+// A peer that still waits for our data is progressing, so its flush completes
+// well inside the bound; the worker lives on (until bc_finalize), and any
+// later progress finishes the rest.
+constexpr int kCleanFlushMs = 100;
+
 void UcxTransport::flush_endpoints() {
   std::vector<void *> pending;
   for (int r = 0; r < size_; ++r) {
@@ -600,7 +611,7 @@ void UcxTransport::flush_endpoints() {
   }
   const auto t0 = Clock::now();
   const size_t n = pending.size();
-  finish_requests(w_, &pending, close_timeout_ms_);
+  finish_requests(w_, &pending, std::min(kCleanFlushMs, close_timeout_ms_));
   BC_DEBUGLOG(Transport, "ucx: rank %d: %zu endpoint flushes took %.1f ms", rank_, n,
               std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
 }
