@@ -826,23 +826,28 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBlueConnect::broadcast(std::vector<at
   return enqueue(work);
 }
 
+std::vector<at::Tensor> ProcessGroupBlueConnect::root_list(std::vector<std::vector<at::Tensor>> &lists,
+                                                           const at::Tensor &like, int64_t root_rank,
+                                                           const char *what, const char *kind) {
+  TORCH_CHECK(root_rank >= 0 && root_rank < size_, "blueconnect: ", what, ": root ", root_rank,
+              " is not a rank of the group");
+  if (root_rank != rank_) {
+    TORCH_CHECK(lists.empty() || (lists.size() == 1 && lists[0].empty()), "blueconnect: ", what,
+                ": only the root passes ", kind, " tensors");
+    return {};
+  }
+  TORCH_CHECK(lists.size() == 1 && static_cast<int>(lists[0].size()) == size_, "blueconnect: ", what,
+              ": the root needs ", size_, " ", kind, " tensors");
+  for (auto &t : lists[0]) check_same(like, t, what);
+  return lists[0];
+}
+
 c10::intrusive_ptr<c10d::Work> ProcessGroupBlueConnect::gather(std::vector<std::vector<at::Tensor>> &outputs,
                                                                std::vector<at::Tensor> &inputs,
                                                                const c10d::GatherOptions &opts) {
   check_one(inputs, "gather");
-  TORCH_CHECK(opts.rootRank >= 0 && opts.rootRank < size_, "blueconnect: gather: root ", opts.rootRank,
-              " is not a rank of the group");
+  const std::vector<at::Tensor> outs = root_list(outputs, inputs[0], opts.rootRank, "gather", "output");
   bool root = opts.rootRank == rank_;
-  std::vector<at::Tensor> outs;
-  if (root) {
-    TORCH_CHECK(outputs.size() == 1 && static_cast<int>(outputs[0].size()) == size_, "blueconnect: gather: the root "
-                "needs ", size_, " output tensors");
-    for (auto &o : outputs[0]) check_same(inputs[0], o, "gather");
-    outs = outputs[0];
-  } else {
-    TORCH_CHECK(outputs.empty() || (outputs.size() == 1 && outputs[0].empty()),
-                "blueconnect: gather: only the root passes output tensors");
-  }
   auto work = make_work(c10d::OpType::GATHER, "gather", outs, timeout_);
   work->keep_ = inputs;
   at::Tensor in = inputs[0];
@@ -862,19 +867,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBlueConnect::scatter(std::vector<at::
                                                                 std::vector<std::vector<at::Tensor>> &inputs,
                                                                 const c10d::ScatterOptions &opts) {
   check_one(outputs, "scatter");
-  TORCH_CHECK(opts.rootRank >= 0 && opts.rootRank < size_, "blueconnect: scatter: root ", opts.rootRank,
-              " is not a rank of the group");
+  const std::vector<at::Tensor> ins = root_list(inputs, outputs[0], opts.rootRank, "scatter", "input");
   bool root = opts.rootRank == rank_;
-  std::vector<at::Tensor> ins;
-  if (root) {
-    TORCH_CHECK(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == size_, "blueconnect: scatter: the root "
-                "needs ", size_, " input tensors");
-    for (auto &t : inputs[0]) check_same(outputs[0], t, "scatter");
-    ins = inputs[0];
-  } else {
-    TORCH_CHECK(inputs.empty() || (inputs.size() == 1 && inputs[0].empty()),
-                "blueconnect: scatter: only the root passes input tensors");
-  }
   auto work = make_work(c10d::OpType::SCATTER, "scatter", outputs, timeout_);
   work->keep_ = ins;
   at::Tensor out = outputs[0];

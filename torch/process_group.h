@@ -103,6 +103,12 @@ class ProcessGroupBlueConnect : public c10d::ProcessGroup {
   std::string describe(int64_t count);
 
  private:
+  // gather's outputs, scatter's inputs: on the root one list of size_ tensors
+  // shaped like `like`, elsewhere none. Checks both, returns the root's list
+  // (empty elsewhere). `kind`: "output" or "input", for the messages.
+  std::vector<at::Tensor> root_list(std::vector<std::vector<at::Tensor>> &lists, const at::Tensor &like,
+                                    int64_t root_rank, const char *what, const char *kind);
+
   struct Comms;  // the group's MPI and BlueConnect communicators
   Comms *comms_;
   std::chrono::milliseconds timeout_;
