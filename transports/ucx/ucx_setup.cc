@@ -148,21 +148,6 @@ Status worker_start(UcxWorker *w) {
   return BC_OK;
 }
 
-// Progresses `w` until every request in `reqs` is done or `ms` pass, then frees them.
-void finish_requests(UcxWorker *w, std::vector<void *> *reqs, int ms) {
-  const auto deadline = Clock::now() + std::chrono::milliseconds(ms);
-  size_t open = reqs->size();
-  while (open > 0 && Clock::now() < deadline) {
-    ucp_worker_progress(w->worker);
-    open = 0;
-    for (void *r : *reqs)
-      if (ucp_request_check_status(r) == UCS_INPROGRESS) ++open;
-  }
-  if (open > 0) BC_DEBUGLOG(Transport, "ucx: %zu endpoint requests did not finish within %d ms", open, ms);
-  for (void *r : *reqs) ucp_request_free(r);
-  reqs->clear();
-}
-
 // Can an endpoint with peer-failure handling reach a peer of each kind? A
 // user's UCX_TLS may leave only transports without it (UCX_TLS=sm: shared
 // memory has it only with UCX_{POSIX,SYSV}_ERROR_HANDLING=y). An endpoint to
@@ -195,7 +180,7 @@ void worker_probe(UcxWorker *w, int rank) {
     void *r = ucp_ep_close_nbx(probe, &param);
     if (UCS_PTR_IS_PTR(r)) closing.push_back(r);
   }
-  finish_requests(w, &closing, 100);
+  ucx_finish_requests(w->worker, &closing, 100);
 }
 
 // Endpoints closed by force (nothing is in flight: every communicator has
@@ -211,7 +196,7 @@ bool worker_stop(UcxWorker *w) {
   // kill -9). Give abandoned requests a moment; after such a death keep the
   // worker, its context and its buffers for process exit: a few fds and some
   // memory, once per process, after a failure that ends the job anyway.
-  finish_requests(w, &w->abandoned, kFailedCloseMs);
+  ucx_finish_requests(w->worker, &w->abandoned, kFailedCloseMs);
   bool same_node_death = false;
   for (auto &e : w->all_eps) same_node_death = same_node_death || (e->dead && !e->off_node);
   if (same_node_death) {
@@ -235,7 +220,7 @@ bool worker_stop(UcxWorker *w) {
   // Drained rendezvous receives need the network (or a cma read) to finish,
   // and ucp_worker_destroy must not find them pending: progress them, within
   // one bound (a read from a process that is gone fails at once).
-  finish_requests(w, &w->drains, 500);
+  ucx_finish_requests(w->worker, &w->drains, 500);
   std::vector<void *> closing;
   for (auto &e : w->all_eps) {
     if (!e->ep) continue;
@@ -250,7 +235,7 @@ bool worker_stop(UcxWorker *w) {
   }
   // Forced closes need no answer from the peer; progress lets UCX purge what
   // was still queued on them before ucp_worker_destroy (bounded).
-  finish_requests(w, &closing, 200);
+  ucx_finish_requests(w->worker, &closing, 200);
   if (w->worker) ucp_worker_destroy(w->worker);
   if (w->context) ucp_cleanup(w->context);
   w->worker = nullptr;
@@ -304,6 +289,21 @@ struct Hello {
 };
 
 }  // namespace
+
+void ucx_finish_requests(ucp_worker_h worker, std::vector<void *> *reqs, int ms) {
+  const auto deadline = Clock::now() + std::chrono::milliseconds(ms);
+  size_t open = 0;
+  for (;;) {
+    open = 0;
+    for (void *r : *reqs)
+      if (ucp_request_check_status(r) == UCS_INPROGRESS) ++open;
+    if (open == 0 || Clock::now() >= deadline) break;
+    if (ucp_worker_progress(worker) == 0) sched_yield();
+  }
+  if (open > 0) BC_DEBUGLOG(Transport, "ucx: %zu requests did not finish within %d ms", open, ms);
+  for (void *r : *reqs) ucp_request_free(r);
+  reqs->clear();
+}
 
 void ucx_release_idle() {
   std::lock_guard<std::mutex> lock(g_workers_mutex);
@@ -611,7 +611,7 @@ void UcxTransport::flush_endpoints() {
   }
   const auto t0 = Clock::now();
   const size_t n = pending.size();
-  finish_requests(w_, &pending, std::min(kCleanFlushMs, close_timeout_ms_));
+  ucx_finish_requests(w_->worker, &pending, std::min(kCleanFlushMs, close_timeout_ms_));
   BC_DEBUGLOG(Transport, "ucx: rank %d: %zu endpoint flushes took %.1f ms", rank_, n,
               std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
 }

@@ -160,6 +160,11 @@ struct UcxWorker {
   std::vector<void *> abandoned;
 };
 
+// Progresses `worker` until every request in `reqs` is done or `ms` pass
+// (yielding the core when nothing moves), then frees them all: the bounded
+// teardown wait of the transport and of the liveness watch (ucx_watch.cc).
+void ucx_finish_requests(ucp_worker_h worker, std::vector<void *> *reqs, int ms);
+
 class UcxTransport final : public Transport {
  public:
   ~UcxTransport() override;

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "core/log.h"
+#include "transports/ucx/ucx_transport.h"
 
 namespace bc {
 
@@ -110,20 +111,6 @@ void on_error(void *arg, ucp_ep_h, ucs_status_t status) {
               e->first_rank, ucs_status_string(status));
 }
 
-// Progresses until every request is done or `ms` pass, then frees them.
-void finish(ucp_worker_h worker, std::vector<void *> *reqs, int ms) {
-  const auto deadline = Clock::now() + std::chrono::milliseconds(ms);
-  for (;;) {
-    size_t open = 0;
-    for (void *req : *reqs)
-      if (ucp_request_check_status(req) == UCS_INPROGRESS) ++open;
-    if (open == 0 || Clock::now() >= deadline) break;
-    if (ucp_worker_progress(worker) == 0) sched_yield();
-  }
-  for (void *req : *reqs) ucp_request_free(req);
-  reqs->clear();
-}
-
 // Byes that arrived: their senders left. Their endpoints leave the map, so
 // that a later communicator with a restarted watch there connects anew.
 // Under hub->mutex.
@@ -139,7 +126,7 @@ void take_byes(Hub *hub) {
     if (UCS_PTR_IS_PTR(r)) {
       // Eager and 8 bytes: already copied in practice; never leave it unfreed.
       std::vector<void *> one{r};
-      finish(hub->worker, &one, 10);
+      ucx_finish_requests(hub->worker, &one, 10);
     }
     auto it = hub->eps.find(hub->bye_sink);
     if (it == hub->eps.end()) continue;
@@ -323,7 +310,7 @@ void ucx_watch_release() {
       e->ep = nullptr;
       if (UCS_PTR_IS_PTR(c)) pending.push_back(c);
     }
-    finish(hub->worker, &pending, kCloseMs);
+    ucx_finish_requests(hub->worker, &pending, kCloseMs);
     // Byes that came meanwhile: taken, or ucp_worker_destroy warns of each.
     take_byes(hub);
     ucp_worker_destroy(hub->worker);
