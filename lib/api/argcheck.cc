@@ -29,44 +29,11 @@ struct Signature {
 // together whether anybody differs, in one small message round.
 constexpr int kFields = 5;
 
-// The buffers of one agreement. On a timeout the MPI request is still posted
-// and MPI may write into them later; they are kept here, reachable, for the
-// life of the process (MPI forbids freeing or cancelling a collective request).
-struct Exchange {
-  int64_t mine[2 * kFields];
-  int64_t extremes[2 * kFields];
-  Signature sig;
-  std::vector<Signature> all;
-  MPI_Request req = MPI_REQUEST_NULL;
-};
+// Agreements whose MPI request may still complete: MPI forbids freeing or
+// cancelling a collective request, and MPI may write into the buffers later,
+// so they stay reachable for the life of the process.
 std::mutex g_abandoned_mutex;
-std::vector<std::unique_ptr<Exchange>> g_abandoned;
-
-// Waits for ex->req, progressing the communicator's open requests meanwhile;
-// not when this rank's own arguments were refused (`keep_error`): a request
-// failing now would replace the thread's message, which says what was wrong.
-Status wait_round(bc_comm *c, std::unique_ptr<Exchange> *ex, const char *round, bool keep_error) {
-  using Clock = std::chrono::steady_clock;
-  const int64_t timeout_ms = c->params.get_int(ParamId::Timeout);
-  const int64_t spin = c->params.get_int(ParamId::SpinCount);
-  const Clock::time_point start = Clock::now();
-  for (int64_t polls = 1;; ++polls) {
-    int done = 0;
-    BC_MPI_CHECK(MPI_Test(&(*ex)->req, &done, MPI_STATUS_IGNORE));
-    if (done) return BC_OK;
-    if (!c->progress && !keep_error) comm_progress_open(c);
-    if (polls % spin != 0) continue;
-    sched_yield();
-    const int64_t waited = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
-    if (timeout_ms > 0 && waited > timeout_ms) {
-      std::lock_guard<std::mutex> lock(g_abandoned_mutex);
-      g_abandoned.push_back(std::move(*ex));
-      return BC_FAIL(BC_ERR_TIMEOUT,
-                     "argument agreement (BC_CHECK_ARGS), %s: not every rank of the communicator reached the "
-                     "collective within %lld ms (BC_TIMEOUT)", round, static_cast<long long>(timeout_ms));
-    }
-  }
-}
+std::vector<std::unique_ptr<ArgAgreement>> g_abandoned;
 
 bool same(const Signature &x, const Signature &y) {
   return x.count == y.count && x.kind == y.kind && x.dtype == y.dtype && x.op == y.op;
@@ -114,6 +81,20 @@ std::string describe_groups(const std::vector<Signature> &all) {
 
 }  // namespace
 
+// The buffers and state of one agreement.
+struct ArgAgreement::Exchange {
+  int64_t mine[2 * kFields];
+  int64_t extremes[2 * kFields];
+  Signature sig;
+  std::vector<Signature> all;
+  MPI_Request req = MPI_REQUEST_NULL;
+  int round = 1;       // 1: first posted; 2: second posted; 0: verdict given
+  bool agree = true;   // the first round found the same arguments everywhere
+  Status local = BC_OK;
+  std::string local_msg;  // this rank's own refusal, raised again with the verdict
+  std::chrono::steady_clock::time_point posted;
+};
+
 std::string args_describe(int kind, int64_t count, int dtype, int op) {
   static const char *kinds[] = {"allreduce", "reduce_scatter", "allgather"};
   std::string s = kind >= 0 && kind < 3 ? kinds[kind] : "collective " + std::to_string(kind);
@@ -126,9 +107,26 @@ std::string args_describe(int kind, int64_t count, int dtype, int op) {
   return s;
 }
 
-Status args_agree(bc_comm *c, const CollArgs &a, Status local) {
-  std::unique_ptr<Exchange> ex(new Exchange);
-  Signature &s = ex->sig;
+ArgAgreement::~ArgAgreement() = default;
+
+bool ArgAgreement::refused_here() const { return ex_->local != BC_OK; }
+
+void ArgAgreement::abandon() {
+  if (!ex_ || ex_->req == MPI_REQUEST_NULL) return;
+  std::unique_ptr<ArgAgreement> keep(new ArgAgreement);
+  keep->ex_ = std::move(ex_);
+  std::lock_guard<std::mutex> lock(g_abandoned_mutex);
+  g_abandoned.push_back(std::move(keep));
+}
+
+Status ArgAgreement::post(bc_comm *c, const CollArgs &a, Status local, std::unique_ptr<ArgAgreement> *out) {
+  std::unique_ptr<ArgAgreement> agreement(new ArgAgreement);
+  agreement->ex_.reset(new Exchange);
+  Exchange &ex = *agreement->ex_;
+  ex.local = local;
+  if (local != BC_OK) ex.local_msg = last_error_body(local);
+  ex.posted = std::chrono::steady_clock::now();
+  Signature &s = ex.sig;
   s.count = a.count;
   s.kind = static_cast<int32_t>(a.kind);
   s.dtype = static_cast<int32_t>(a.dtype);
@@ -138,28 +136,64 @@ Status args_agree(bc_comm *c, const CollArgs &a, Status local) {
   const int64_t count = s.count == INT64_MIN ? INT64_MIN + 1 : s.count;
   const int64_t fields[kFields] = {count, s.kind, s.dtype, s.op, s.status != BC_OK ? 1 : 0};
   for (int i = 0; i < kFields; ++i) {
-    ex->mine[2 * i] = fields[i];
-    ex->mine[2 * i + 1] = -fields[i];
+    ex.mine[2 * i] = fields[i];
+    ex.mine[2 * i + 1] = -fields[i];
   }
-  BC_MPI_CHECK(MPI_Iallreduce(ex->mine, ex->extremes, 2 * kFields, MPI_INT64_T, MPI_MAX, c->mpi, &ex->req));
-  BC_CHECK(wait_round(c, &ex, "first round", local != BC_OK));
-  bool agree = true;
-  for (int i = 0; i < kFields; ++i) agree = agree && ex->extremes[2 * i] == -ex->extremes[2 * i + 1];
-  const bool anyone_refused = ex->extremes[2 * (kFields - 1)] != 0;
-  if (agree && !anyone_refused) return BC_OK;
-  if (local != BC_OK && agree) return local;  // everybody refused the same call: its own message is the best
+  BC_MPI_CHECK(MPI_Iallreduce(ex.mine, ex.extremes, 2 * kFields, MPI_INT64_T, MPI_MAX, c->mpi, &ex.req));
+  *out = std::move(agreement);
+  return BC_OK;
+}
 
-  // Somebody differs: every rank learns what each passed (only now, so the
-  // common case pays one round).
-  ex->all.resize(c->size);
-  BC_MPI_CHECK(MPI_Iallgather(&ex->sig, sizeof(Signature), MPI_BYTE, ex->all.data(), sizeof(Signature), MPI_BYTE,
-                              c->mpi, &ex->req));
-  BC_CHECK(wait_round(c, &ex, "second round", local != BC_OK));
-  const std::vector<Signature> &all = ex->all;
+Status ArgAgreement::test(bc_comm *c, bool *done) {
+  *done = false;
+  Exchange &ex = *ex_;
+  if (ex.round == 0) return BC_FAIL(BC_ERR_INTERNAL, "argument agreement tested after its verdict");
+  int complete = 0;
+  BC_MPI_CHECK(MPI_Test(&ex.req, &complete, MPI_STATUS_IGNORE));
+  if (!complete) {
+    const int64_t timeout_ms = c->params.get_int(ParamId::Timeout);
+    const int64_t waited =
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - ex.posted).count();
+    if (timeout_ms <= 0 || waited <= timeout_ms) return BC_OK;
+    *done = true;
+    const int round = ex.round;
+    abandon();
+    return BC_FAIL(BC_ERR_TIMEOUT,
+                   "argument agreement (BC_CHECK_ARGS), %s round: not every rank of the communicator reached the "
+                   "collective within %lld ms (BC_TIMEOUT)",
+                   round == 1 ? "first" : "second", static_cast<long long>(timeout_ms));
+  }
+  const Status local = ex.local;
+  // The verdict raises this rank's own refusal again, with its message.
+  auto own = [&ex]() { return BC_FAIL(ex.local, "%s", ex.local_msg.c_str()); };
+  if (ex.round == 1) {
+    for (int i = 0; i < kFields; ++i) ex.agree = ex.agree && ex.extremes[2 * i] == -ex.extremes[2 * i + 1];
+    const bool anyone_refused = ex.extremes[2 * (kFields - 1)] != 0;
+    if (ex.agree && !anyone_refused) {
+      ex.round = 0;
+      *done = true;
+      return BC_OK;
+    }
+    if (local != BC_OK && ex.agree) {  // everybody refused the same call: its own message is the best
+      ex.round = 0;
+      *done = true;
+      return own();
+    }
+    // Somebody differs: every rank learns what each passed (only now, so the
+    // common case pays one round).
+    ex.all.resize(c->size);
+    BC_MPI_CHECK(MPI_Iallgather(&ex.sig, sizeof(Signature), MPI_BYTE, ex.all.data(), sizeof(Signature), MPI_BYTE,
+                                c->mpi, &ex.req));
+    ex.round = 2;
+    return BC_OK;
+  }
+  ex.round = 0;
+  *done = true;
+  const std::vector<Signature> &all = ex.all;
   if (local != BC_OK) {
     // Keep this rank's own message, which says what was wrong, and add who else differs.
-    if (!agree) BC_LOG(LogLevel::Debug, LogSys::Api, "arguments also differ: %s", describe_groups(all).c_str());
-    return local;
+    if (!ex.agree) BC_LOG(LogLevel::Debug, LogSys::Api, "arguments also differ: %s", describe_groups(all).c_str());
+    return own();
   }
   std::vector<int> refused;
   Status code = BC_OK;
@@ -176,6 +210,22 @@ Status args_agree(bc_comm *c, const CollArgs &a, Status local) {
   }
   return BC_FAIL(BC_ERR_MISMATCH, "%s. Nothing was sent; the communicator stays usable (BC_CHECK_ARGS)",
                  describe_groups(all).c_str());
+}
+
+Status args_agree(bc_comm *c, const CollArgs &a, Status local) {
+  std::unique_ptr<ArgAgreement> agreement;
+  BC_CHECK(ArgAgreement::post(c, a, local, &agreement));
+  const int64_t spin = c->params.get_int(ParamId::SpinCount);
+  for (int64_t polls = 1;; ++polls) {
+    bool done = false;
+    const Status st = agreement->test(c, &done);
+    if (done || st != BC_OK) return st;
+    if (!agreement->refused_here()) {
+      comm_advance_agreements(c);
+      if (!c->progress) comm_progress_open(c);
+    }
+    if (polls % spin == 0) sched_yield();
+  }
 }
 
 }  // namespace bc

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstring>
 #include <mutex>
+#include <sched.h>
 #include <set>
 #include <sstream>
 
@@ -112,6 +113,11 @@ Status progress_setup(bc_comm *c) {
     if (r != c->rank && std::strcmp(c->peer_transport[r]->name(), "mpi") == 0) mpi_peers = true;
   if (mpi_peers)
     BC_CHECK(progress_thread_check("the mpi transport (its thread calls MPI; the shm and ucx transports do not)"));
+  int level = MPI_THREAD_SINGLE;
+  BC_MPI_CHECK(MPI_Query_thread(&level));
+  // The argument agreements call MPI: the thread may advance them only where
+  // MPI lets two threads call it at once.
+  c->thread_agrees = c->check_args && level >= MPI_THREAD_MULTIPLE;
   c->progress.reset(new ProgressThread(c));
   BC_CHECK(c->progress->start());
   return BC_OK;
@@ -444,19 +450,32 @@ Status check_own_args(const bc_comm *c, const CollArgs &a) {
 // reduce_scatter's finish). *pooled_work_out: a work buffer from the pool of
 // the buffers' memory type (reduce_scatter out of place), for the caller to
 // release; set before any failure after it is taken.
+// With BC_CHECK_ARGS: a broken communicator may have a collective still
+// posted on c->mpi (an agreement that timed out): no new one may follow it.
+Status refuse_if_broken(bc_comm *c) {
+  CommLock peek;
+  peek.take(c);
+  if (c->broken) return refuse_broken(c);
+  return BC_OK;
+}
+
+// `agreed`: a non-blocking call whose agreement has already passed (comm_advance_agreements).
 Status start(bc_comm *c, const CollArgs &a, CommLock *lock, std::unique_ptr<Operation> *op_out,
-             unsigned char **work_out, void **pooled_work_out = nullptr) {
+             unsigned char **work_out, void **pooled_work_out = nullptr, bool agreed_before = false) {
   BC_CHECK(comm_check(c));
-  if (c->check_args) {
-    {
-      // A broken communicator may have a collective still posted on c->mpi
-      // (an agreement that timed out): no new one may follow it.
-      CommLock peek;
-      peek.take(c);
-      if (c->broken) return refuse_broken(c);
-    }
+  if (c->check_args && !agreed_before) {
+    BC_CHECK(refuse_if_broken(c));
     // Unlocked: the progress thread keeps driving requests in flight meanwhile.
     const Status agreed = args_agree(c, a, check_own_args(c, a));
+    // Earlier non-blocking calls start their operations first, so that every
+    // rank numbers the operations in call order. Their agreements were posted
+    // before this one, which has completed: they complete too.
+    const int64_t spin = c->params.get_int(ParamId::SpinCount);
+    for (int64_t polls = 1; agreed == BC_OK && !c->agreeing.empty(); ++polls) {
+      comm_advance_agreements(c);
+      if (!c->progress) comm_progress_open(c);
+      if (polls % spin == 0) sched_yield();
+    }
     lock->take(c);
     comm_mark_broken_on(c, agreed);  // a round that timed out or failed in MPI
     BC_CHECK(agreed);
@@ -585,24 +604,109 @@ Status prepare_threaded_device(bc_request *req) {
 
 }  // namespace
 
+namespace {
+
+// Starts a request's operation (at the call, or once its agreement passed):
+// hands it to the progress thread or to the communicator's open requests.
+Status launch(bc_comm *c, bc_request *req, bool agreed_before) {
+  CommLock lock;  // declared first: a failed start's operation goes before it is released
+  unsigned char *work = nullptr;
+  Status st = start(c, req->args, &lock, &req->op, &work, nullptr, agreed_before);
+  if (st == BC_OK && req->op && c->progress) {
+    if (c->cur_mem == BC_MEM_CUDA && req->device < 0) st = prepare_threaded_device(req);
+    if (st == BC_OK) {
+      req->threaded = true;
+      c->progress->submit(req);
+    }
+  }
+  if (st != BC_OK) {
+    req->op.reset();
+    BC_CHECK(st);
+  }
+  if (req->op && !req->threaded) c->open.push_back(req);
+  if (req->op && !req->counted) {
+    req->counted = true;
+    ++c->inflight;
+  }
+  return BC_OK;
+}
+
+// A request that failed outside its own bc_test/bc_wait: the failure is kept
+// for them, without its "code: " head, which BC_FAIL adds back when raised.
+void keep_failure(bc_request *req, Status st) {
+  req->failed = true;
+  req->status = st;
+  req->error = last_error_body(st);
+  clear_error();
+}
+
+}  // namespace
+
 Status comm_start_allreduce(bc_comm *c, const CollArgs &a, bc_request **out) {
   if (!out) return BC_FAIL(BC_ERR_INVALID_ARG, "the request pointer is NULL");
   *out = nullptr;
-  CommLock lock;  // declared first: the request (and its operation) go before it is released
   std::unique_ptr<bc_request> req(new bc_request);
-  unsigned char *work = nullptr;
-  BC_CHECK(start(c, a, &lock, &req->op, &work));
   req->magic = kRequestMagic;
   req->comm = c;
-  if (req->op && c->progress) {
-    if (c->cur_mem == BC_MEM_CUDA) BC_CHECK(prepare_threaded_device(req.get()));
-    req->threaded = true;
-    c->progress->submit(req.get());
+  req->args = a;
+  if (c && comm_check(c) == BC_OK && c->check_args) {
+    // The agreement is the request's first phase (comm->agreeing): the call
+    // returns at once, so calls on different communicators may be made in
+    // different orders on different ranks. Any verdict but agreement,
+    // including this rank's own refusal, comes from bc_test/bc_wait.
+    BC_CHECK(refuse_if_broken(c));
+    // Started by the progress thread: device buffers need this thread's device.
+    bc_memtype_t mem = BC_MEM_HOST;
+    if (c->thread_agrees && resolve_memtype(a.sendbuf, a.recvbuf, a.mem, &mem) == BC_OK && mem == BC_MEM_CUDA)
+      BC_CHECK(prepare_threaded_device(req.get()));
+    const Status own = check_own_args(c, a);
+    std::lock_guard<std::mutex> agree(c->agree_mutex);
+    BC_CHECK(ArgAgreement::post(c, a, own, &req->agreement));
+    clear_error();
+    CommLock lock;
+    lock.take(c);
+    req->counted = true;
+    ++c->inflight;
+    c->agreeing.push_back(req.get());
+    c->agreeing_count.store(static_cast<int>(c->agreeing.size()), std::memory_order_release);
+    if (c->thread_agrees) c->progress->wake();
+    *out = req.release();
+    return BC_OK;
   }
-  if (req->op) ++c->inflight;
-  if (req->op && !req->threaded) c->open.push_back(req.get());
+  BC_CHECK(launch(c, req.get(), false));
   *out = req.release();
   return BC_OK;
+}
+
+void comm_advance_agreements(bc_comm *c) {
+  std::lock_guard<std::mutex> agree(c->agree_mutex);
+  comm_advance_agreements_locked(c);
+}
+
+void comm_advance_agreements_locked(bc_comm *c) {
+  while (!c->agreeing.empty()) {
+    bc_request *req = c->agreeing.front();
+    bool done = true;
+    Status st = BC_OK;
+    if (c->broken) {
+      req->agreement->abandon();
+      st = refuse_broken(c);
+    } else {
+      st = req->agreement->test(c, &done);
+    }
+    if (!done && st == BC_OK) return;
+    c->agreeing.pop_front();
+    c->agreeing_count.store(static_cast<int>(c->agreeing.size()), std::memory_order_release);
+    req->agreement.reset();
+    if (st == BC_OK) {
+      st = launch(c, req, true);
+    } else {
+      CommLock lock;
+      lock.take(c);
+      comm_mark_broken_on(c, st);  // a round that timed out or failed in MPI
+    }
+    if (st != BC_OK) keep_failure(req, st);
+  }
 }
 
 void comm_progress_open(bc_comm *c) {
@@ -612,12 +716,7 @@ void comm_progress_open(bc_comm *c) {
     const Status st = req->op->progress(&finished);
     if (st == BC_OK) continue;
     req->op->cancel();
-    req->failed = true;
-    req->status = st;
-    // Kept without its "code: " head, which BC_FAIL adds back when it is raised.
-    const std::string msg = last_error(), head = std::string(bc_strerror(st)) + ": ";
-    req->error = msg.compare(0, head.size(), head) == 0 ? msg.substr(head.size()) : msg;
-    clear_error();
+    keep_failure(req, st);
   }
 }
 
@@ -643,15 +742,42 @@ Status request_progress(bc_request **reqp, bool block, bool *done) {
   if (!reqp || !*reqp) return BC_FAIL(BC_ERR_INVALID_ARG, "the request is NULL");
   bc_request *req = *reqp;
   if (req->magic != kRequestMagic) return BC_FAIL(BC_ERR_INVALID_ARG, "not a live request");
+  if (req->comm && comm_check(req->comm) == BC_OK && req->comm->check_args) {
+    // Its argument agreement may be pending: advance it (and those of earlier
+    // calls) first. The progress thread may be advancing them too: the
+    // request's phase is read under the agreement mutex.
+    bc_comm *c = req->comm;
+    const int64_t spin = c->params.get_int(ParamId::SpinCount);
+    for (int64_t polls = 1;; ++polls) {
+      bool pending = true;
+      {
+        // bc_test only tries: it may run inside MPI's progress loop (the
+        // preload's requests) on a thread that holds the mutex already.
+        std::unique_lock<std::mutex> agree(c->agree_mutex, std::defer_lock);
+        if (block) agree.lock();
+        else if (!agree.try_lock()) pending = true;  // not now; the request's phase is not read
+        if (agree.owns_lock()) {
+          comm_advance_agreements_locked(c);
+          pending = req->agreement != nullptr;
+        }
+      }
+      if (!pending) break;
+      if (!block) {
+        if (done) *done = false;
+        return BC_OK;
+      }
+      if (!c->progress) comm_progress_open(c);
+      if (polls % spin == 0) sched_yield();
+    }
+  }
   Status st = BC_OK;
   bool finished = true;
-  const bool counted = req->op || req->threaded;  // in comm->inflight
   if (req->threaded) {
     BC_CHECK(comm_check(req->comm));
     st = threaded_progress(req, block, &finished);
     if (finished && st == BC_OK) req->comm->last_stage_seconds = req->stage_seconds;
   } else if (req->failed) {
-    // Failed while the argument agreement of a later call progressed it.
+    // Failed while another call progressed it, or in its argument agreement.
     BC_CHECK(comm_check(req->comm));
     st = BC_FAIL(req->status, "%s", req->error.c_str());
     comm_mark_broken_on(req->comm, st);
@@ -665,7 +791,7 @@ Status request_progress(bc_request **reqp, bool block, bool *done) {
     }
   }
   if (st != BC_OK || finished) {
-    if (counted) --req->comm->inflight;
+    if (req->counted) --req->comm->inflight;
     auto &open = req->comm->open;
     open.erase(std::remove(open.begin(), open.end(), req), open.end());
     req->magic = 0;

@@ -4,6 +4,7 @@
 #include <mpi.h>
 
 #include <atomic>
+#include <deque>
 #include <list>
 #include <map>
 #include <memory>
@@ -22,9 +23,20 @@
 #include "transports/transport.h"
 
 namespace bc {
+class ArgAgreement;
 class Liveness;
 class Operation;
 class ProgressThread;
+
+struct CollArgs {
+  CollKind kind;
+  const void *sendbuf;  // BC_IN_PLACE allowed
+  void *recvbuf;
+  int64_t count;        // allreduce: elements; reduce_scatter: recvcount; allgather: sendcount
+  bc_dtype_t dtype;
+  bc_op_t op;           // ignored for allgather
+  bc_memtype_t mem;
+};
 }  // namespace bc
 
 struct bc_comm {
@@ -76,6 +88,18 @@ struct bc_comm {
   // Non-blocking requests in flight that no progress thread drives: the
   // argument agreement progresses them while it waits (comm_progress_open).
   std::vector<bc_request *> open;
+  // Non-blocking requests whose argument agreement is pending, in call order
+  // (the same on every rank): each starts its operation only after those
+  // before it, so operations take their sequence numbers in call order.
+  // Advanced by the callers (bc_test, bc_wait, later calls) and, where MPI
+  // allows a second thread to call it (MPI_THREAD_MULTIPLE), by the progress
+  // thread, so that a call overlaps the caller's computation with the check
+  // too. agree_mutex guards the list and the requests' agreement phase; it is
+  // taken before the communicator's lock, never while holding it.
+  std::deque<bc_request *> agreeing;
+  std::atomic<int> agreeing_count{0};  // agreeing.size(), read by the progress thread without the mutex
+  std::mutex agree_mutex;
+  bool thread_agrees = false;  // the progress thread advances agreements (MPI_THREAD_MULTIPLE)
 
   // BC_PROGRESS_THREAD (lib/api/progress_thread.h). While the thread runs, the
   // mutex guards the transports, the operations and the buffer pools; callers
@@ -100,6 +124,11 @@ struct bc_request {
   // Without the thread: failed while another call progressed it
   // (comm_progress_open); status and error say how, for bc_test/bc_wait.
   bool failed = false;
+  // BC_CHECK_ARGS: the argument agreement, the request's first phase, and the
+  // arguments it starts the operation with once the ranks agree (comm->agreeing).
+  std::unique_ptr<bc::ArgAgreement> agreement;
+  bc::CollArgs args{};
+  bool counted = false;  // in comm->inflight
   ~bc_request();
 };
 
@@ -141,16 +170,6 @@ BufferPool &buffer_pool(bc_comm *comm, bc_memtype_t mem);
 ExecContext exec_context(const bc_comm *comm, bc_dtype_t dtype, bc_op_t op, bc_memtype_t mem);
 Status comm_plan(bc_comm *comm, CollKind kind, bool average, int64_t count, const PlanChoice &choice,
                  std::shared_ptr<const Program> *out);
-
-struct CollArgs {
-  CollKind kind;
-  const void *sendbuf;  // BC_IN_PLACE allowed
-  void *recvbuf;
-  int64_t count;        // allreduce: elements; reduce_scatter: recvcount; allgather: sendcount
-  bc_dtype_t dtype;
-  bc_op_t op;           // ignored for allgather
-  bc_memtype_t mem;
-};
 // Blocking: start, wait, finish.
 Status comm_run(bc_comm *comm, const CollArgs &args);
 // Non-blocking all-reduce: the operation is returned started.
@@ -158,6 +177,13 @@ Status comm_start_allreduce(bc_comm *comm, const CollArgs &args, bc_request **ou
 // Progresses every open request of `comm` (those no progress thread drives)
 // once, without blocking; a failure is kept in the request for bc_test/bc_wait.
 void comm_progress_open(bc_comm *comm);
+// Advances the argument agreements of `comm`'s non-blocking calls, once, in
+// call order, without blocking; each that agrees starts its operation, each
+// that fails keeps its failure in the request for bc_test/bc_wait. Takes
+// comm->agree_mutex (the _locked form: the caller holds it); never call it
+// holding the communicator's lock.
+void comm_advance_agreements(bc_comm *comm);
+void comm_advance_agreements_locked(bc_comm *comm);
 // After a failure of an operation on `comm`: timeouts, transport and MPI errors break it.
 void comm_mark_broken_on(bc_comm *comm, Status st);
 // Progresses a request; *done when finished (then the request is freed and

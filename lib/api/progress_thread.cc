@@ -133,12 +133,23 @@ void ProgressThread::loop() {
   int64_t idle_passes = 0;
   for (;;) {
     try {
+      // Agreements first, without the communicator's lock (starting an
+      // operation takes it); a caller advancing them meanwhile is as good.
+      const bool agreeing = comm_->thread_agrees && comm_->agreeing_count.load(std::memory_order_acquire) > 0;
+      if (agreeing) {
+        std::unique_lock<std::mutex> agree(comm_->agree_mutex, std::try_to_lock);
+        if (agree.owns_lock()) comm_advance_agreements_locked(comm_);
+      }
       // A caller asked for the lock: let it have it before the next pass.
       while (callers_.load(std::memory_order_acquire) > 0) std::this_thread::yield();
       lock.lock();
-      if (active_.empty() && !stop_) {
+      auto has_work = [this] {
+        return stop_ || !active_.empty() ||
+               (comm_->thread_agrees && comm_->agreeing_count.load(std::memory_order_acquire) > 0);
+      };
+      if (!has_work()) {
         idle_passes = 0;
-        work_cv_.wait(lock, [this] { return stop_ || !active_.empty(); });
+        work_cv_.wait(lock, has_work);
       }
       if (stop_) return;  // requests still active are failed by stop()
       // The last pass of a spin also checks the timeouts; a rest follows it

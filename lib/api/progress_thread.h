@@ -2,7 +2,9 @@
 // non-blocking all-reduces while the caller computes.
 //
 // bc_iallreduce starts the operation (under the communicator's lock) and hands
-// it here. The thread sleeps on a condition variable while nothing is in
+// it here. With BC_CHECK_ARGS and MPI_THREAD_MULTIPLE the thread also advances
+// the calls' argument agreements (comm->agreeing) and starts each operation
+// once its ranks agree. The thread sleeps on a condition variable while nothing is in
 // flight; otherwise it takes the lock, progresses every active request once,
 // finishes those that are done or failed, lets go of the lock, and rests as
 // Operation::wait does (BC_SPIN_COUNT polls without movement, then a yield),
@@ -43,6 +45,8 @@ class ProgressThread {
   void stop();
   // Hands a started request over. The caller holds the lock (CommLock).
   void submit(bc_request *req);
+  // An argument agreement was posted (comm->thread_agrees). The caller holds the lock.
+  void wake() { work_cv_.notify_one(); }
   // Blocks until the thread has finished `req`; `lock` is the caller's, held.
   void wait_done(bc_request *req, std::unique_lock<std::mutex> &lock);
   // The communicator's lock for a calling thread: announced, so that the

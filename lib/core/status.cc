@@ -39,4 +39,9 @@ void trail(Status code, const char *file, int line) {
 void clear_error() { g_error.clear(); }
 const char *last_error() { return g_error.c_str(); }
 
+std::string last_error_body(Status code) {
+  const std::string head = std::string(bc_strerror(code)) + ": ";
+  return g_error.compare(0, head.size(), head) == 0 ? g_error.substr(head.size()) : g_error;
+}
+
 }  // namespace bc

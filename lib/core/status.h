@@ -21,6 +21,9 @@ Status fail(Status code, const char *file, int line, const char *fmt, ...)
 void trail(Status code, const char *file, int line);
 void clear_error();
 const char *last_error();
+// The thread's message without its "code: " head, to be raised again later
+// with BC_FAIL(code, "%s", ...) (which adds the head back).
+std::string last_error_body(Status code);
 
 }  // namespace bc
 

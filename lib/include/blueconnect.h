@@ -143,7 +143,10 @@ bc_status_t bc_allreduce_mem(const void *sendbuf, void *recvbuf, int64_t count,
  * and then while computing. With BC_PROGRESS_THREAD=1 (environment, or
  * bc_comm_create_with options) the communicator has its own thread that
  * advances the operation while the caller computes; with the mpi transport
- * that needs MPI_Init_thread(MPI_THREAD_MULTIPLE), else the creation fails. */
+ * that needs MPI_Init_thread(MPI_THREAD_MULTIPLE), else the creation fails.
+ * With BC_CHECK_ARGS=1 the ranks' argument agreement is the request's first
+ * phase: this call returns at once, and a mismatch or refused argument is
+ * returned by bc_test/bc_wait on every rank (docs/FAILURES.md). */
 bc_status_t bc_iallreduce(const void *sendbuf, void *recvbuf, int64_t count,
                           bc_dtype_t dtype, bc_op_t op, bc_comm_t comm,
                           bc_request_t *request);
