@@ -298,8 +298,8 @@ def main():
                          "always bc, or always gloo (default alternate)")
     ap.add_argument("--json", metavar="FILE", help="rank 0 writes one JSON line per size (allreduce) or per "
                                                    "backend (ddp) to FILE")
-    ap.add_argument("--threads", type=int, default=0, help="torch threads per rank (default: cores / ranks on "
-                                                           "the node, at least 1)")
+    ap.add_argument("--threads", type=int, default=0, help="torch threads per rank (default: OMP_NUM_THREADS if "
+                                                           "set, else cores / ranks on the node, at least 1)")
     ap.add_argument("--warmup", type=int, default=None, help="warm-up calls per size and backend (default 2) or "
                                                              "untimed training steps (default 3)")
     g = ap.add_argument_group("allreduce")
@@ -324,7 +324,8 @@ def main():
         ap.error("negative --warmup/--iters, or zero --steps/--batch/--image")
 
     local = int(os.environ.get("OMPI_COMM_WORLD_LOCAL_SIZE", "1"))
-    torch.set_num_threads(args.threads or max(1, (os.cpu_count() or 1) // local))
+    threads = args.threads or int(os.environ.get("OMP_NUM_THREADS") or 0) or (os.cpu_count() or 1) // local
+    torch.set_num_threads(max(1, threads))  # torch's default, every core per rank, oversubscribes the cores
     dist.init_process_group("blueconnect")
     p, rank = dist.get_world_size(), dist.get_rank()
     gloo = dist.new_group(backend="gloo")
