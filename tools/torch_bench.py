@@ -102,9 +102,9 @@ def run_allreduce(args, p, rank, groups, gloo):
     busf = 2.0 * (p - 1) / p if p > 1 else 1.0
     m = reuse_limit(p)
     wrong_any = False
-    hdr = ["size", "count", "iters"]
+    hdr = ["size", "count"]
     for b in BACKENDS:
-        hdr += ["%s_time_us" % SHORT[b], "%s_busbw" % SHORT[b], "%s_#wrong" % SHORT[b]]
+        hdr += ["%s_iters" % SHORT[b], "%s_time_us" % SHORT[b], "%s_busbw" % SHORT[b], "%s_#wrong" % SHORT[b]]
     hdr.append("gloo/bc")
     if rank == 0:
         print("# all_reduce float32 sum, in place, p = %d; each backend alone in its own back-to-back loop of calls"
@@ -114,24 +114,22 @@ def run_allreduce(args, p, rank, groups, gloo):
         print("# order: %s; warm-up %d calls; data exact in any order, checked bit for bit after each loop"
               % ({"alternate": "alternating per size, blueconnect first at the first size",
                   "bc": "blueconnect first", "gloo": "gloo first"}[args.order], args.warmup))
-        print("%10s %10s %6s " % tuple(hdr[:3]) + " ".join("%12s %10s %9s" % tuple(hdr[i:i + 3])
-                                                          for i in (3, 6)) + " %8s" % hdr[-1], flush=True)
+        print("%10s %10s " % tuple(hdr[:2]) + " ".join("%10s %12s %10s %9s" % tuple(hdr[i:i + 4])
+                                                       for i in (2, 6)) + " %8s" % hdr[-1], flush=True)
     jf = open(args.json, "w") if args.json and rank == 0 else None
     for size, order in zip(sizes, orders(args.order, len(sizes))):
         count = size // 4
         idx = torch.arange(count, dtype=torch.int64)
         x = ((rank + idx) % 7).to(torch.float32)
         total = sum(((r + idx) % 7) for r in range(p)).to(torch.float32)  # exact: small integers
-        iters = args.iters
-        if not iters:  # enough calls for about args.target seconds, the same on every rank
-            for b in order:
-                dist.all_reduce(x.clone(), group=groups[b])
-            probe = max(allreduce_one(groups[b], [x.clone()], 0, 1) for b in order)
-            iters = max(3, min(args.max_iters, int(args.target / max_over_ranks(probe, gloo))))
-        calls = args.warmup + iters
-        nbufs = (calls + m - 1) // m
         res = {}
         for b in order:
+            iters = args.iters
+            if not iters:  # each backend: calls for about args.target seconds, the same on every rank
+                probe = allreduce_one(groups[b], [x.clone()], 1, 3)  # a scratch buffer, not checked
+                iters = max(3, min(args.max_iters, int(args.target / max_over_ranks(probe, gloo))))
+            calls = args.warmup + iters
+            nbufs = (calls + m - 1) // m
             bufs = [x.clone() for _ in range(nbufs)]
             t = max_over_ranks(allreduce_one(groups[b], bufs, args.warmup, iters), gloo)
             wrong = 0
@@ -144,13 +142,13 @@ def run_allreduce(args, p, rank, groups, gloo):
                       "wrong": wrong, "iters": iters}
         ratio = res["gloo"]["avg_us"] / res["blueconnect"]["avg_us"]
         if rank == 0:
-            cols = "".join(" %12.2f %10.4f %9d" % (res[b]["avg_us"], res[b]["busbw_GBps"], res[b]["wrong"])
-                           for b in BACKENDS)
-            print("%10d %10d %6d%s %8.2f" % (size, count, iters, cols, ratio), flush=True)
+            cols = "".join(" %10d %12.2f %10.4f %9d" % (res[b]["iters"], res[b]["avg_us"], res[b]["busbw_GBps"],
+                                                         res[b]["wrong"]) for b in BACKENDS)
+            print("%10d %10d%s %8.2f" % (size, count, cols, ratio), flush=True)
         if jf:
             jf.write(json.dumps({"coll": "allreduce", "dtype": "float32", "op": "sum", "inplace": True,
                                  "nranks": p, "size": size, "count": count, "bytes": size, "warmup": args.warmup,
-                                 "iters": iters, "mode": "back-to-back", "order": list(order),
+                                 "iters": res["blueconnect"]["iters"], "mode": "back-to-back", "order": list(order),
                                  "bc": res["blueconnect"], "gloo": res["gloo"], "gloo_over_bc": ratio}) + "\n")
             jf.flush()
     if jf:
@@ -290,6 +288,19 @@ def run_ddp(args, p, rank, groups, gloo):
     return 0 if ok else 1
 
 
+def steady_malloc():
+    """glibc raises its mmap threshold only after the first large free, so the first model trained in a
+    process paid page faults on every step (measured here: the first backend's steps 2-4x slower than the
+    second's, whichever it was). Fixing the thresholds up front gives every run the same allocator."""
+    try:
+        import ctypes
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt(-3, 32 << 20)  # M_MMAP_THRESHOLD: glibc's upper limit on 64-bit
+        libc.mallopt(-1, 1 << 30)   # M_TRIM_THRESHOLD: keep freed memory instead of returning it
+    except (OSError, AttributeError):
+        pass  # not glibc: leave the allocator as it is
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--mode", choices=("allreduce", "ddp"), required=True)
@@ -305,8 +316,9 @@ def main():
     g = ap.add_argument_group("allreduce")
     g.add_argument("--sizes", type=size_range, default=size_range("4K:64M"), metavar="MIN:MAX",
                    help="sizes in bytes, doubling, K M G suffixes (default 4K:64M)")
-    g.add_argument("--iters", type=int, default=0, help="timed calls per size and backend (default auto: about "
-                                                        "--target seconds per loop, at least 3)")
+    g.add_argument("--iters", type=int, default=0, help="timed calls per size and backend (default auto, per "
+                                                        "backend: about --target seconds per loop from 3 probe "
+                                                        "calls, at least 3)")
     g.add_argument("--target", type=float, default=0.3, help="seconds per timed loop for auto iters (default 0.3)")
     g.add_argument("--max-iters", type=int, default=2000, help="cap for auto iters (default 2000)")
     g = ap.add_argument_group("ddp")
@@ -323,6 +335,7 @@ def main():
     if min(args.warmup, args.iters, args.steps - 1, args.batch - 1, args.image - 1) < 0:
         ap.error("negative --warmup/--iters, or zero --steps/--batch/--image")
 
+    steady_malloc()
     local = int(os.environ.get("OMPI_COMM_WORLD_LOCAL_SIZE", "1"))
     threads = args.threads or int(os.environ.get("OMP_NUM_THREADS") or 0) or (os.cpu_count() or 1) // local
     torch.set_num_threads(max(1, threads))  # torch's default, every core per rank, oversubscribes the cores

@@ -35,9 +35,9 @@ mpirun -x PYTHONPATH -x OMP_NUM_THREADS "$@" -np 2 "$python" "$tool" --mode allr
 rc=$?
 cat "$out/ar.txt"
 [ "$rc" = 0 ] || { echo "FAIL: --mode allreduce exited $rc"; fail=1; }
-# size count iters, then time busbw #wrong (= 0) for each backend, then the ratio: 5 sizes.
-check "allreduce rows" "$out/ar.txt" '^ +[0-9]+ +[0-9]+ +3 +[0-9.]+ +[0-9.]+ +0 +[0-9.]+ +[0-9.]+ +0 +[0-9.]+$' 5
-check "allreduce header" "$out/ar.txt" '^ +size +count +iters +bc_time_us +bc_busbw +bc_#wrong +gloo_time_us' 1
+# size count, then iters time busbw #wrong (= 0) for each backend, then the ratio: 5 sizes.
+check "allreduce rows" "$out/ar.txt" '^ +[0-9]+ +[0-9]+ +3 +[0-9.]+ +[0-9.]+ +0 +3 +[0-9.]+ +[0-9.]+ +0 +[0-9.]+$' 5
+check "allreduce header" "$out/ar.txt" '^ +size +count +bc_iters +bc_time_us +bc_busbw +bc_#wrong +gloo_iters +gloo_time_us' 1
 check "allreduce JSON lines" "$out/ar.jsonl" '"gloo_over_bc"' 5
 
 mpirun -x PYTHONPATH -x OMP_NUM_THREADS "$@" -np 2 "$python" "$tool" --mode ddp --image 16 --batch 2 \
