@@ -13,8 +13,9 @@ allreduce: dist.all_reduce (float32 sum, in place) per size, each backend alone 
   order, and every buffer is checked bit for bit after the loop (#wrong: wrong elements over all ranks).
 ddp: trains torchvision's resnet18/50 (untrained, 10 classes) with DDP on synthetic images, once per
   backend from the same seed, after a compute-only run (no DDP) of the same model.
-Exit status: 0 all right; 1 a wrong all-reduce result, or parameters that differ across ranks or between
-the backends beyond rtol 1e-4, atol 1e-5; 2 bad arguments.
+Exit status: 0 all right; 1 a wrong all-reduce result, or parameters that differ across ranks, or between
+the backends after the first step beyond rtol 1e-4, atol 1e-5 (at the end too with --check-final); 2 bad
+arguments.
 """
 import argparse
 import json
@@ -195,8 +196,8 @@ def batch(args, rank, step):
 
 
 def train(args, rank, group=None, backend=None):
-    """warm-up + timed steps; returns (step times, comm sum per step, comm span per step, flat parameters).
-    Without a backend: the model alone (compute only), no DDP."""
+    """warm-up + timed steps; returns (step times, comm sum per step, comm span per step, flat parameters
+    after the first step, at the end). Without a backend: the model alone (compute only), no DDP."""
     from torch.nn.parallel import DistributedDataParallel as DDP
     model = make_model(args)
     timer = None
@@ -206,7 +207,8 @@ def train(args, rank, group=None, backend=None):
         model.register_comm_hook(timer, timed_allreduce_hook)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     loss_fn = torch.nn.CrossEntropyLoss()
-    steps, comm, span = [], [], []
+    steps, comm, span, first = [], [], [], None
+    flat = lambda: torch.cat([q.detach().flatten() for q in model.parameters()])  # noqa: E731
     for step in range(args.warmup + args.steps):
         x, y = batch(args, rank, step)
         if timer:
@@ -217,13 +219,14 @@ def train(args, rank, group=None, backend=None):
         loss.backward()  # DDP's backward returns once every bucket is reduced
         opt.step()
         t1 = time.perf_counter()
+        if step == 0:
+            first = flat()  # outside the timing: a copy of 45 MB (resnet18)
         if step >= args.warmup:
             steps.append(t1 - t0)
             if timer and timer.spans:
                 comm.append(sum(e - s for s, e in timer.spans))
                 span.append(max(e for _, e in timer.spans) - min(s for s, _ in timer.spans))
-    params = torch.cat([q.detach().flatten() for q in model.parameters()])
-    return steps, comm, span, params
+    return steps, comm, span, (first, flat())
 
 
 def identical_on_all_ranks(flat, gloo):
@@ -237,7 +240,7 @@ def run_ddp(args, p, rank, groups, gloo):
     gb = args.batch * p
     rows, flats = [], {}
     ms = lambda v: 1e3 * max_over_ranks(v, gloo)  # noqa: E731 - slowest rank, in ms
-    steps, _, _, _ = train(args, rank)
+    steps = train(args, rank)[0]
     rows.append({"backend": "compute only", "step_median_ms": ms(statistics.median(steps)),
                  "step_mean_ms": ms(statistics.mean(steps))})
     for b in orders(args.order, 1)[0]:
@@ -246,14 +249,19 @@ def run_ddp(args, p, rank, groups, gloo):
         row = {"backend": b, "step_median_ms": ms(statistics.median(steps)), "step_mean_ms": ms(statistics.mean(steps)),
                "comm_sum_ms": ms(statistics.mean(comm)) if comm else 0.0,
                "comm_span_ms": ms(statistics.mean(span)) if span else 0.0,
-               "identical": identical_on_all_ranks(flats[b], gloo)}
+               "identical": identical_on_all_ranks(flats[b][1], gloo)}
         row["samples_per_s"] = gb / (row["step_mean_ms"] / 1e3)
         rows.append(row)
-    diff = (flats["blueconnect"] - flats["gloo"]).abs().max().item()
-    close = max_over_ranks(int(torch.allclose(flats["blueconnect"], flats["gloo"], rtol=1e-4, atol=1e-5)),
-                           gloo, dist.ReduceOp.MIN) == 1
-    diff = max_over_ranks(diff, gloo)
-    ok = close and all(r.get("identical", True) for r in rows)
+    # The backends sum in different orders, so the parameters differ by rounding after the first step (3e-8
+    # measured at np 4); training amplifies that (1.7e-3 after 5 steps of resnet18 at np 4: BatchNorm over
+    # small batches, momentum). So the check that fails is after step 1, where a wrong reduction would show;
+    # the final difference is reported, and fails only with --check-final.
+    close, diff = [], []
+    for i in (0, 1):
+        a, g = flats["blueconnect"][i], flats["gloo"][i]
+        close.append(max_over_ranks(int(torch.allclose(a, g, rtol=1e-4, atol=1e-5)), gloo, dist.ReduceOp.MIN) == 1)
+        diff.append(max_over_ranks((a - g).abs().max().item(), gloo))
+    ok = close[0] and (close[1] or not args.check_final) and all(r.get("identical", True) for r in rows)
     if rank == 0:
         print("# DDP %s, %dx%d synthetic images, batch %d per rank (global %d), p = %d, SGD lr %g momentum 0.9, "
               "%d timed steps after %d warm-up, %d torch thread(s) per rank"
@@ -274,17 +282,25 @@ def run_ddp(args, p, rank, groups, gloo):
             else:
                 print("%-13s %13.1f %11.1f %13s %14s %11s %10s" % (r["backend"], r["step_median_ms"],
                                                                    r["step_mean_ms"], "-", "-", "-", "-"))
-        print("# final parameters, blueconnect against gloo: max |diff| %.3g, %s (rtol 1e-4, atol 1e-5)"
-              % (diff, "agree" if close else "DISAGREE"), flush=True)
-        if not ok:
-            print("torch_bench: FAILED: %s" % ("parameters differ across ranks" if close else
-                                              "blueconnect's and gloo's parameters disagree"), file=sys.stderr)
+        print("# parameters after step 1, blueconnect against gloo: max |diff| %.3g, %s (rtol 1e-4, atol 1e-5)"
+              % (diff[0], "agree" if close[0] else "DISAGREE"))
+        print("# final parameters, blueconnect against gloo: max |diff| %.3g, %s%s" % (
+            diff[1], "within" if close[1] else "beyond", " the same tolerance" + (
+                "" if close[1] or args.check_final else " (not a failure without --check-final: the two summation"
+                " orders' rounding differences grow with training)")), flush=True)
+        why = [w for w, bad in (("parameters differ across ranks", not all(r.get("identical", True) for r in rows)),
+                                ("blueconnect's and gloo's parameters disagree after step 1", not close[0]),
+                                ("final parameters disagree (--check-final)", args.check_final and not close[1]))
+               if bad]
+        if why:
+            print("torch_bench: FAILED: %s" % "; ".join(why), file=sys.stderr)
         if args.json:
             with open(args.json, "w") as f:
                 for r in rows:
                     f.write(json.dumps(dict(r, mode="ddp", model=args.model, image=args.image, batch=args.batch,
                                             nranks=p, steps=args.steps, warmup=args.warmup,
-                                            max_abs_diff=diff, agree=close)) + "\n")
+                                            step1_max_abs_diff=diff[0], step1_agree=close[0],
+                                            final_max_abs_diff=diff[1], final_agree=close[1])) + "\n")
     return 0 if ok else 1
 
 
@@ -329,6 +345,9 @@ def main():
     g.add_argument("--lr", type=float, default=0.01, help="SGD learning rate (default 0.01)")
     g.add_argument("--bucket-mb", type=float, default=25, help="DDP bucket_cap_mb (default 25, DDP's)")
     g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--check-final", action="store_true", help="fail also when the final parameters of the two "
+                                                              "backends differ beyond rtol 1e-4, atol 1e-5 (by "
+                                                              "default only those after step 1 must agree)")
     args = ap.parse_args()
     if args.warmup is None:
         args.warmup = 2 if args.mode == "allreduce" else 3
