@@ -17,8 +17,18 @@ CONFIG_TITLES = {
     "ring": "Open MPI ring",
     "rabenseifner": "Open MPI Rabenseifner",
     "han": "Open MPI han",
+    "gloo": "Gloo (torch)",
 }
-SHORT = {"default": "default", "ring": "ring", "rabenseifner": "Rabenseifner", "han": "han"}
+SHORT = {"default": "default", "ring": "ring", "rabenseifner": "Rabenseifner", "han": "han", "gloo": "Gloo (torch)"}
+# Configuration gloo is tools/torch_bench.py: its JSON rows have "gloo" where bc_bench's have "mpi", and
+# its "bc" is the blueconnect torch backend, shown beside Gloo as "BC (torch)" and kept out of the
+# BlueConnect median and best (bc_bench's), since it pays torch's per-call overhead.
+TORCH_BC = "BC (torch)"
+
+
+def other(config):
+    """The JSON key of the compared implementation in a run of config."""
+    return "gloo" if config == "gloo" else "mpi"
 
 
 def read_tsv(path, header=True):
@@ -189,12 +199,12 @@ def main():
         if float(r["load"]) > 1.0:
             busy_runs += 1
         for row in rows:
-            for impl in ("bc", "mpi"):
+            for impl in ("bc", other(r["config"])):
                 w = row.get(impl, {}).get("wrong")
                 if w:
                     wrong.append("layout %s, %s, repeat %s, size %s: %s #wrong = %s (%s.log)" % (
                         r["layout"], r["config"], r["repeat"], fmt_size(row["size"]),
-                        "BlueConnect" if impl == "bc" else "MPI", w, rel))
+                        {"bc": "BlueConnect", "mpi": "MPI", "gloo": "Gloo"}[impl], w, rel))
         if r["rc"] != "0":
             why = {"124": "timed out", "137": "killed after the timeout"}.get(r["rc"], "exit status " + r["rc"])
             failed.append("layout %s, %s, repeat %s: %s, %d size(s) done (%s.log)" % (
@@ -228,7 +238,7 @@ def main():
                 d1, d2 = link_deltas(ok[bcs[0]]["base"]), link_deltas(ok[bcs[1]]["base"])
                 res.append(("BlueConnect", summarize_links(sub(d2, d1, k2 - k1), size)))
                 for c in configs:
-                    key = ("mpi", c, k1)
+                    key = ("mpi", c, k1)  # none for gloo: no traffic runs
                     if key in ok:
                         dm = link_deltas(ok[key]["base"])
                         res.append((CONFIG_TITLES[c], summarize_links(sub(dm, d1, k1), size)))
@@ -252,7 +262,11 @@ def main():
     md.append("- MPI: %s; every run: `%s` (and scripts/simcluster run's `--bind-to none`, "
               "`--oversubscribe`)" % (meta.get("mpi", "?"), meta.get("common_mca", "")))
     for c in configs:
-        md.append("  - %s: `%s`" % (SHORT[c], meta.get("mca_" + c) or "(nothing more)"))
+        if c == "gloo":
+            md.append("  - Gloo (torch): `tools/torch_bench.py --mode allreduce` under the same mpirun flags, "
+                      "`GLOO_SOCKET_IFNAME=eth0`")
+        else:
+            md.append("  - %s: `%s`" % (SHORT[c], meta.get("mca_" + c) or "(nothing more)"))
     md.append("- BlueConnect environment (`mpirun -x`): %s" % (meta.get("bc_env", "").strip() or "(none)"))
     modes = timing_modes(data)
     md.append("- bc_bench: all-reduce, float32 sum, out-of-place, `-c` (%s), `--compare mpi` (%s); timing mode %s; "
@@ -280,7 +294,14 @@ def main():
     md.append("- BlueConnect is measured in every run, %s. "
               "\"BlueConnect\" = per run configuration the best of its repeats (as for MPI), then the **median** "
               "over the %d configuration(s); \"BC best\" = the best over all runs." % (
-                  timing_text(modes, "bc"), len(configs)))
+                  timing_text(modes, "bc"), len([c for c in configs if c != "gloo"])))
+    if "gloo" in configs:
+        md.append("- Gloo (torch) = `dist.all_reduce` on a Gloo group through torch.distributed "
+                  "(tools/torch_bench.py --mode allreduce: in place, float32 sum, its own back-to-back loop, "
+                  "slowest rank, checked bit for bit after the loop); %s = the blueconnect torch backend in the "
+                  "same runs (its own loop, the backend order alternating per size). Both pay torch's per-call "
+                  "overhead, so compare Gloo with %s; best of the repeats. %s is not in the BlueConnect median "
+                  "or best." % (TORCH_BC, TORCH_BC, TORCH_BC))
     md.append("- Plots: bus bandwidth as in nccl-tests, 2(p−1)/p · S / time with p = ranks, in Mbit/s; the dashed "
               "line is the bound in the same units.")
     md.append("")
@@ -298,7 +319,9 @@ def main():
             md.append("han selected (coll_base_verbose check, raw/%s/han-check.log): %s." % (lay.name, lay.han))
         md.append("")
         sizes = sorted({s for c in ld.values() for rep in c.values() for s in rep})
-        head = ["size", "bound", "BlueConnect (median)", "BC best"] + [SHORT[c] for c in configs]
+        tb = ["gloo"] if "gloo" in configs else []  # the torch columns: Gloo, then BC (torch)
+        head = ["size", "bound", "BlueConnect (median)", "BC best"] + [SHORT[c] for c in configs] + (
+            [TORCH_BC] if tb else [])
         md.append("| " + " | ".join(head) + " |")
         md.append("|" + "---:|" * len(head))
         plot_rows = []
@@ -306,6 +329,7 @@ def main():
             nbytes = None
             bc_per_cfg, mpi = [], {}
             bc_all = []
+            bc_torch = None
             for c in configs:
                 reps = ld.get(c, {})
                 rows = [rep[s] for rep in reps.values() if s in rep]
@@ -313,7 +337,10 @@ def main():
                     mpi[c] = None
                     continue
                 nbytes = rows[0]["bytes"]
-                mpi[c] = min(r["mpi"]["avg_us"] for r in rows)
+                mpi[c] = min(r[other(c)]["avg_us"] for r in rows)
+                if c == "gloo":
+                    bc_torch = min(r["bc"]["avg_us"] for r in rows)
+                    continue
                 bc_per_cfg.append(min(r["bc"]["avg_us"] for r in rows))
                 bc_all += [r["bc"]["avg_us"] for r in rows]
             if nbytes is None:
@@ -322,10 +349,11 @@ def main():
             bc_med = statistics.median(bc_per_cfg) if bc_per_cfg else None
             bc_best = min(bc_all) if bc_all else None
             line = [fmt_size(s), fmt_ms(bound * 1e6) + " ms", cell(bc_med, bound), cell(bc_best, bound)]
-            line += [cell(mpi[c], bound) for c in configs]
+            line += [cell(mpi[c], bound) for c in configs] + ([cell(bc_torch, bound)] if tb else [])
             md.append("| " + " | ".join(line) + " |")
             f = lay.busbw_factor() * nbytes * 8 / 1e6  # Mbit per call at busbw
-            plot_rows.append([s] + [f / (t * 1e-6) if t else None for t in [bc_med] + [mpi[c] for c in configs]]
+            times = [bc_med] + [mpi[c] for c in configs] + ([bc_torch] if tb else [])
+            plot_rows.append([s] + [f / (t * 1e-6) if t else None for t in times]
                              + [f / bound if bound > 0 else None])
         md.append("")
         if meta.get("plot_term") and plot_rows:
@@ -388,7 +416,8 @@ def main():
 
 def plot(out, raw, lay, configs, rows, term, notes):
     dat = os.path.join(raw, "busbw-%s.dat" % lay.name)
-    titles = ["BlueConnect (median)"] + [CONFIG_TITLES[c] for c in configs]
+    titles = ["BlueConnect (median)"] + [CONFIG_TITLES[c] for c in configs] + (
+        [TORCH_BC] if "gloo" in configs else [])
     with open(dat, "w") as f:
         f.write("# size_bytes\t" + "\t".join(titles) + "\tbound (Mbit/s, bus bandwidth)\n")
         for r in rows:
@@ -397,7 +426,8 @@ def plot(out, raw, lay, configs, rows, term, notes):
     png = "busbw-%s.png" % lay.name
     font = "font 'sans,10'" if term == "pngcairo" else ""
     styles = ["lw 3 lc rgb '#d62728' pt 7", "lw 2 lc rgb '#1f77b4' pt 5", "lw 2 lc rgb '#2ca02c' pt 9",
-              "lw 2 lc rgb '#9467bd' pt 11", "lw 2 lc rgb '#8c564b' pt 13"]
+              "lw 2 lc rgb '#9467bd' pt 11", "lw 2 lc rgb '#8c564b' pt 13", "lw 2 lc rgb '#ff7f0e' pt 3",
+              "lw 2 dt 3 lc rgb '#d62728' pt 6"]
     plots = []
     for i, t in enumerate(titles):
         plots.append("'%s' using 1:%d with linespoints %s title '%s'" % (dat, i + 2, styles[i % len(styles)], t))

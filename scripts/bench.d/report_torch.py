@@ -1,0 +1,85 @@
+#!/usr/bin/python3
+"""scripts/bench-torch's report: reads DIR/raw (torch_bench.py --mode ddp JSON lines per layout, runs.tsv,
+meta.tsv) and writes DIR/results.md. Usage: report_torch.py DIR. Exit 0 all right, 1 a run failed or a
+check failed. Standard library only."""
+import json
+import os
+import sys
+
+
+def read_tsv(path):
+    with open(path) as f:
+        lines = [l.rstrip("\n").split("\t") for l in f if l.strip()]
+    return [dict(zip(lines[0], l)) for l in lines[1:]] if lines else []
+
+
+def main():
+    out = os.path.abspath(sys.argv[1])
+    raw = os.path.join(out, "raw")
+    with open(os.path.join(raw, "meta.tsv")) as f:
+        meta = dict((l.rstrip("\n").split("\t", 1) + [""])[:2] for l in f if l.strip())
+    md = ["# DDP training: blueconnect against Gloo on simulated clusters (tools/torch_bench.py --mode ddp)", "",
+          "- date: %s; machine: nproc %s; load at start %s" % (meta.get("date"), meta.get("nproc"), meta.get("load")),
+          "- command: `%s`" % meta.get("command"),
+          "- source: git %s; torch, torchvision: %s" % (meta.get("git"), meta.get("torch")),
+          "- BlueConnect environment (`mpirun -x`): %s" % (meta.get("bc_env") or "(none)"), "",
+          "How to read the tables: step = forward + backward + optimizer step, timed on every rank without "
+          "barriers, the slowest rank's median and mean; comm sum = wall time from each DDP bucket's comm hook "
+          "call to the completion of its all-reduce (the default allreduce_hook, wrapped), summed per step: the "
+          "buckets overlap each other and the backward pass, so this is not time lost; comm span = first hook "
+          "call to last completion per step; samples/s = global batch / mean step. Compute only = the same "
+          "model without DDP, every rank at once. Both backends start from the same seed and see the same data; "
+          "`identical` = the parameters are the same bits on every rank after training; the parameters "
+          "of the two backends after the first step must agree within rtol 1e-4, atol 1e-5.", ""]
+    bad = []
+    for run in read_tsv(os.path.join(raw, "runs.tsv")):
+        lay = run["layout"]
+        md += ["## Layout %s: %s" % (lay, run["desc"]), ""]
+        rows = []
+        try:
+            with open(os.path.join(raw, lay + ".jsonl")) as f:
+                rows = [json.loads(l) for l in f if l.strip()]
+        except (OSError, ValueError):
+            pass
+        if run["rc"] != "0":
+            bad.append("layout %s: run failed (exit status %s, raw/%s.log)" % (lay, run["rc"], lay))
+        if not rows:
+            md += ["No results (raw/%s.log)." % lay, ""]
+            continue
+        r0 = rows[0]
+        md += ["p = %s ranks, %s, %dx%d images, batch %d per rank (global %d), %d timed steps after %d; run took %s s."
+               % (r0["nranks"], r0["model"], r0["image"], r0["image"], r0["batch"], r0["batch"] * r0["nranks"],
+                  r0["steps"], r0["warmup"], run["seconds"]), ""]
+        md += ["| backend | step median (ms) | step mean (ms) | comm sum (ms) | comm span (ms) | samples/s | "
+               "identical |", "|---|---:|---:|---:|---:|---:|---|"]
+        for r in rows:
+            if "comm_sum_ms" in r:
+                md.append("| %s | %.1f | %.1f | %.1f | %.1f | %.1f | %s |" % (
+                    r["backend"], r["step_median_ms"], r["step_mean_ms"], r["comm_sum_ms"], r["comm_span_ms"],
+                    r["samples_per_s"], "yes" if r["identical"] else "**NO**"))
+                if not r["identical"]:
+                    bad.append("layout %s: %s parameters differ across ranks" % (lay, r["backend"]))
+            else:
+                md.append("| %s | %.1f | %.1f | — | — | — | — |" % (r["backend"], r["step_median_ms"],
+                                                                   r["step_mean_ms"]))
+        st = {r["backend"]: r for r in rows}
+        if "blueconnect" in st and "gloo" in st:
+            md += ["", "Gloo step / blueconnect step (mean): %.2f. Parameters, blueconnect against Gloo: after "
+                   "step 1 max |diff| %.3g, %s; at the end max |diff| %.3g (%s the tolerance; the two summation "
+                   "orders' rounding differences grow with training, so this one is reported, not checked)." % (
+                       st["gloo"]["step_mean_ms"] / st["blueconnect"]["step_mean_ms"], r0["step1_max_abs_diff"],
+                       "agree" if r0["step1_agree"] else "**DISAGREE**", r0["final_max_abs_diff"],
+                       "within" if r0["final_agree"] else "beyond")]
+            if not r0["step1_agree"]:
+                bad.append("layout %s: blueconnect's and Gloo's parameters disagree after step 1" % lay)
+        md.append("")
+    md += ["## Problems", ""] + (["- " + b for b in bad] or ["None."]) + ["",
+           "Raw data: `raw/` (JSON lines, output and command line per layout)."]
+    with open(os.path.join(out, "results.md"), "w") as f:
+        f.write("\n".join(md) + "\n")
+    print("\n".join(md))
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
