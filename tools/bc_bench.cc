@@ -150,6 +150,16 @@ std::string fmt(const char *f, double v) {
 // the MPI library's own (Open MPI's MPI_Allreduce is an alias of PMPI_Allreduce).
 std::string g_interposer;
 
+// Under the preload's learned route (docs/PMPI.md) the first calls of each
+// size are probes, half of them through the MPI library: the warm-up covers
+// them, so that the timed loop sees the route a long-running program gets.
+// 0 without the preload or with BC_PMPI_ROUTE=bc.
+int preload_probe_calls(int64_t bytes) {
+  using ProbeCalls = int (*)(long long);
+  static const auto fn = reinterpret_cast<ProbeCalls>(dlsym(RTLD_DEFAULT, "bc_pmpi_probe_calls"));
+  return fn ? fn(static_cast<long long>(bytes)) : 0;
+}
+
 bool find_interposer() {
   void *mpi = dlsym(RTLD_DEFAULT, "MPI_Allreduce"), *pmpi = dlsym(RTLD_DEFAULT, "PMPI_Allreduce");
   Dl_info info;
@@ -253,7 +263,7 @@ class Bench {
   bool run_size(int64_t bytes, Row *row) {
     if (!set_up(bytes)) return false;
     Stat st[2];
-    row->warmup = o_.warmup >= 0 ? o_.warmup : auto_warmup(bytes);
+    row->warmup = o_.warmup >= 0 ? o_.warmup : auto_warmup(bytes) + (o_.via_mpi ? preload_probe_calls(bytes) : 0);
     const bool ok = o_.mode == Mode::Interleave ? run_interleaved(row->warmup, st)
                                                 : measure(kBC, row->warmup, &st[kBC]) &&
                                                       (!o_.compare_mpi || measure(kMPI, row->warmup, &st[kMPI]));
@@ -672,7 +682,9 @@ void Bench::print_header() const {
   std::printf("# sizes: %s to %s bytes, doubling; warm-up: ", format_bytes(o_.min_bytes).c_str(),
               format_bytes(o_.max_bytes).c_str());
   if (o_.warmup >= 0) std::printf("%d", o_.warmup);
-  else std::printf("auto (5 up to %s, 2 above)", format_bytes(kWarmupBigBytes).c_str());
+  else std::printf("auto (5 up to %s, 2 above%s)", format_bytes(kWarmupBigBytes).c_str(),
+                   o_.via_mpi && preload_probe_calls(1) > 0
+                       ? ", plus the learned route's probe calls of each size through the preload" : "");
   if (o_.iters) std::printf("; iterations: %d per library\n", o_.iters);
   else if (o_.mode == Mode::Interleave)
     std::printf("; iterations: auto (until the timed calls%s add up to %.1f s; %d to %d)\n",

@@ -761,6 +761,16 @@ void init_now() { ensure_init(); }
 int error_class(bc_status_t st) { return mpi_error_class(st); }
 void finalize_now() { teardown(); }
 
+// For benchmarks of the preload (bc_bench --via mpi, found with dlsym): the
+// calls of `bytes` that the learned route spends probing a communicator's
+// size bucket before it decides (0 with BC_PMPI_ROUTE=bc, with BC_DISABLE,
+// or before MPI_Init), so that a warm-up can cover them and the timed loop
+// sees the route as a long-running program does.
+extern "C" __attribute__((visibility("default"))) int bc_pmpi_probe_calls(long long bytes) {
+  if (g_state.load(std::memory_order_acquire) != kReady || !g_route_learn || bytes <= 0) return 0;
+  return SizeRoute::probes(SizeRoute::bucket_of(bytes));
+}
+
 }  // namespace pmpi
 }  // namespace bc
 
@@ -814,3 +824,4 @@ BC_PMPI_EXPORT int MPI_Allgather(const void *sendbuf, int sendcount, MPI_Datatyp
 }
 
 }  // extern "C"
+
