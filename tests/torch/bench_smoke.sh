@@ -7,20 +7,7 @@
 set -uo pipefail
 python=$1 pkgdir=$2 tool=$3
 shift 3
-if [ -z "$python" ]; then
-  echo "skipped: the torch backend was not built (-Dtorch=disabled, or no torch at configure time)"
-  exit 77
-fi
-if ! "$python" -c 'import torch, torchvision' >/dev/null 2>&1; then
-  echo "skipped: $python cannot import torch and torchvision (apt-get install python3-torchvision)"
-  exit 77
-fi
-if ! ls "$pkgdir"/blueconnect/torch/_C*.so >/dev/null 2>&1; then
-  echo "skipped: the extension was not built in $pkgdir/blueconnect/torch"
-  exit 77
-fi
-export PYTHONPATH="$pkgdir${PYTHONPATH:+:$PYTHONPATH}"
-export OMP_NUM_THREADS=1
+. "$(dirname "$0")/torch_common.sh" "$python" "$pkgdir" "torch, torchvision" "apt-get install python3-torchvision"
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 fail=0
@@ -30,21 +17,24 @@ check() { # WHAT FILE PATTERN COUNT: at least COUNT lines of FILE match PATTERN
   if [ "$n" -lt "$4" ]; then echo "FAIL: $1: $n lines match '$3', expected $4"; fail=1; fi
 }
 
-mpirun -x PYTHONPATH -x OMP_NUM_THREADS "$@" -np 2 "$python" "$tool" --mode allreduce --sizes 4K:64K \
-  --iters 3 --json "$out/ar.jsonl" >"$out/ar.txt" 2>&1
-rc=$?
-cat "$out/ar.txt"
-[ "$rc" = 0 ] || { echo "FAIL: --mode allreduce exited $rc"; fail=1; }
+run_mode() { # MODE OUTPUT [tool args...]: one run of the tool at np 2, its output shown and kept
+  local mode=$1 output=$2 rc
+  shift 2
+  mpirun -x PYTHONPATH -x OMP_NUM_THREADS "${mpirun_args[@]}" -np 2 "$python" "$tool" --mode "$mode" "$@" \
+    >"$output" 2>&1
+  rc=$?
+  cat "$output"
+  [ "$rc" = 0 ] || { echo "FAIL: --mode $mode exited $rc"; fail=1; }
+}
+mpirun_args=("$@")
+
+run_mode allreduce "$out/ar.txt" --sizes 4K:64K --iters 3 --json "$out/ar.jsonl"
 # size count, then iters time busbw #wrong (= 0) for each backend, then the ratio: 5 sizes.
 check "allreduce rows" "$out/ar.txt" '^ +[0-9]+ +[0-9]+ +3 +[0-9.]+ +[0-9.]+ +0 +3 +[0-9.]+ +[0-9.]+ +0 +[0-9.]+$' 5
 check "allreduce header" "$out/ar.txt" '^ +size +count +bc_iters +bc_time_us +bc_busbw +bc_#wrong +gloo_iters +gloo_time_us' 1
 check "allreduce JSON lines" "$out/ar.jsonl" '"gloo_over_bc"' 5
 
-mpirun -x PYTHONPATH -x OMP_NUM_THREADS "$@" -np 2 "$python" "$tool" --mode ddp --image 16 --batch 2 \
-  --steps 2 --warmup 1 --json "$out/ddp.jsonl" >"$out/ddp.txt" 2>&1
-rc=$?
-cat "$out/ddp.txt"
-[ "$rc" = 0 ] || { echo "FAIL: --mode ddp exited $rc"; fail=1; }
+run_mode ddp "$out/ddp.txt" --image 16 --batch 2 --steps 2 --warmup 1 --json "$out/ddp.jsonl"
 check "ddp compute row" "$out/ddp.txt" '^compute only +[0-9.]+ +[0-9.]+ ' 1
 check "ddp backend rows" "$out/ddp.txt" '^(blueconnect|gloo) +([0-9.]+ +){5}yes$' 2
 check "ddp agreement" "$out/ddp.txt" '^# parameters after step 1, blueconnect against gloo: .*, agree ' 1
