@@ -1,0 +1,18 @@
+set terminal pngcairo size 900,560 font 'sans,10'
+set output '/work/main/docs/bench/torch-gloo-small/busbw-a.png'
+set datafile missing '-'
+set datafile separator '\t'
+set title "Layout a: 4 nodes x 2 ranks, 250 Mbit/s links, 100 us delay" noenhanced
+set logscale x 2
+set xrange [3276.8:655360]
+set xtics ('4K' 4096, '8K' 8192, '16K' 16384, '32K' 32768, '64K' 65536, '128K' 131072, '256K' 262144, '512K' 524288)
+set xlabel 'message size (bytes)'
+set ylabel 'bus bandwidth, Mbit/s (2(p-1)/p S/t, p = 8)' noenhanced
+set yrange [0:379.167]
+set grid
+set key top left opaque box
+plot '/work/main/docs/bench/torch-gloo-small/raw/busbw-a.dat' using 1:2 with linespoints lw 3 lc rgb '#d62728' pt 7 title 'BlueConnect (median)', \
+     '/work/main/docs/bench/torch-gloo-small/raw/busbw-a.dat' using 1:3 with linespoints lw 2 lc rgb '#1f77b4' pt 5 title 'Open MPI default (tuned)', \
+     '/work/main/docs/bench/torch-gloo-small/raw/busbw-a.dat' using 1:4 with linespoints lw 2 lc rgb '#2ca02c' pt 9 title 'Gloo (torch)', \
+     '/work/main/docs/bench/torch-gloo-small/raw/busbw-a.dat' using 1:5 with linespoints lw 2 lc rgb '#9467bd' pt 11 title 'BC (torch)', \
+     '/work/main/docs/bench/torch-gloo-small/raw/busbw-a.dat' using 1:6 with lines dt 2 lw 2 lc rgb 'black' title 'link bound'
