@@ -179,16 +179,13 @@ class UcxTransport final : public Transport {
   void cancel(TransportRequest *req) override;
   void peer_died(int peer) override;
 
-  // For the executor's idle path (not yet in Transport): with BC_UCX_WAIT=event,
+  // The executor's idle path (Transport::idle_wait): with BC_UCX_WAIT=event,
   // arms the worker and sleeps on its event fd until the network has something
   // for us or timeout_ms passes; otherwise (or when UCX cannot give an fd) it
   // yields the core. Returns at once when there is work to progress.
   Status idle_wait(int timeout_ms) override;
   // Whether idle_wait really sleeps (BC_UCX_WAIT=event and UCX gave an fd).
   bool can_sleep() const override { return efd_ >= 0; }
-  // The worker's event fd (-1 without BC_UCX_WAIT=event), for a caller that
-  // wants to poll several transports at once; arm it with ucp_worker_arm first.
-  int wait_fd() const { return efd_; }
   // The communicator's id in the tags (for tests and logs).
   int comm_id() const { return comm_id_; }
 
