@@ -220,11 +220,12 @@ Status args_agree(bc_comm *c, const CollArgs &a, Status local) {
     bool done = false;
     const Status st = agreement->test(c, &done);
     if (done || st != BC_OK) return st;
-    if (!agreement->refused_here()) {
-      comm_advance_agreements(c);
-      if (!c->progress) comm_progress_open(c);
+    if (agreement->refused_here()) {
+      if (polls % spin == 0) sched_yield();
+      continue;
     }
-    if (polls % spin == 0) sched_yield();
+    comm_advance_agreements(c);
+    comm_wait_pass(c, polls, spin);
   }
 }
 

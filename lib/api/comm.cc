@@ -473,8 +473,7 @@ Status start(bc_comm *c, const CollArgs &a, CommLock *lock, std::unique_ptr<Oper
     const int64_t spin = c->params.get_int(ParamId::SpinCount);
     for (int64_t polls = 1; agreed == BC_OK && !c->agreeing.empty(); ++polls) {
       comm_advance_agreements(c);
-      if (!c->progress) comm_progress_open(c);
-      if (polls % spin == 0) sched_yield();
+      comm_wait_pass(c, polls, spin);
     }
     lock->take(c);
     comm_mark_broken_on(c, agreed);  // a round that timed out or failed in MPI
@@ -559,9 +558,7 @@ void comm_mark_broken_on(bc_comm *c, Status st) {
   c->broken = true;
   c->broken_by = st;
   // The first line of the message, without its "code: " head and the trail.
-  std::string why = last_error();
-  const std::string head = std::string(bc_strerror(st)) + ": ";
-  if (why.compare(0, head.size(), head) == 0) why.erase(0, head.size());
+  const std::string why = last_error_body(st);
   const size_t cut = why.find(" (at ");
   c->broken_why = why.substr(0, std::min(cut, why.find('\n')));
 }
@@ -709,6 +706,11 @@ void comm_advance_agreements_locked(bc_comm *c) {
   }
 }
 
+void comm_wait_pass(bc_comm *c, int64_t polls, int64_t spin) {
+  if (!c->progress) comm_progress_open(c);
+  if (polls % spin == 0) sched_yield();
+}
+
 void comm_progress_open(bc_comm *c) {
   for (bc_request *req : c->open) {
     if (req->failed || !req->op) continue;
@@ -755,7 +757,7 @@ Status request_progress(bc_request **reqp, bool block, bool *done) {
         // preload's requests) on a thread that holds the mutex already.
         std::unique_lock<std::mutex> agree(c->agree_mutex, std::defer_lock);
         if (block) agree.lock();
-        else if (!agree.try_lock()) pending = true;  // not now; the request's phase is not read
+        else agree.try_lock();  // not had: still pending for now, its phase unread
         if (agree.owns_lock()) {
           comm_advance_agreements_locked(c);
           pending = req->agreement != nullptr;
@@ -766,8 +768,7 @@ Status request_progress(bc_request **reqp, bool block, bool *done) {
         if (done) *done = false;
         return BC_OK;
       }
-      if (!c->progress) comm_progress_open(c);
-      if (polls % spin == 0) sched_yield();
+      comm_wait_pass(c, polls, spin);
     }
   }
   Status st = BC_OK;

@@ -177,6 +177,10 @@ Status comm_start_allreduce(bc_comm *comm, const CollArgs &args, bc_request **ou
 // Progresses every open request of `comm` (those no progress thread drives)
 // once, without blocking; a failure is kept in the request for bc_test/bc_wait.
 void comm_progress_open(bc_comm *comm);
+// One pass of a caller's wait for an argument agreement: progresses the open
+// requests (no progress thread: nobody else would) and yields the core every
+// `spin` passes (BC_SPIN_COUNT).
+void comm_wait_pass(bc_comm *comm, int64_t polls, int64_t spin);
 // Advances the argument agreements of `comm`'s non-blocking calls, once, in
 // call order, without blocking; each that agrees starts its operation, each
 // that fails keeps its failure in the request for bc_test/bc_wait. Takes

@@ -3,7 +3,6 @@
 #include <mpi.h>
 #include <sched.h>
 
-#include <cstring>
 #include <exception>
 #include <new>
 
@@ -66,11 +65,7 @@ void ProgressThread::finish(size_t index, Status st) {
     req->stage_seconds = req->op->stage_seconds();
   } else {
     // The thread's message, for the caller to raise again (its "code: " head is added back then).
-    const char *msg = last_error();
-    const char *head = bc_strerror(st);
-    const size_t n = std::strlen(head);
-    if (std::strncmp(msg, head, n) == 0 && std::strncmp(msg + n, ": ", 2) == 0) msg += n + 2;
-    req->error = msg;
+    req->error = last_error_body(st);
     comm_mark_broken_on(comm_, st);  // before clear_error: it keeps the message
     clear_error();
   }
