@@ -1,4 +1,4 @@
-// The C API: argument checks happen in comm.cc; here every entry point is
+// The C API: argument checks happen in comm_start.cc; here every entry point is
 // wrapped so that no C++ exception crosses into C.
 #include <exception>
 #include <new>

@@ -1,4 +1,4 @@
-// The communicator behind bc_comm_t, and the library's global state.
+// The communicator behind bc_comm_t, the library's global state, and the helpers the files of lib/api share.
 #pragma once
 
 #include <mpi.h>
@@ -24,6 +24,7 @@
 
 namespace bc {
 class ArgAgreement;
+class CommLock;
 class Liveness;
 class Operation;
 class ProgressThread;
@@ -142,6 +143,10 @@ Status api_init(bool quiet_by_default);
 Status api_finalize();
 bool api_initialized();
 const ParamSet &global_params();
+// The registry of live communicators that comm_check consults (init.cc):
+// comm_create adds each it makes, comm_destroy removes it before tearing it down.
+void comm_live_add(const bc_comm *comm);
+void comm_live_remove(const bc_comm *comm);
 
 Status comm_create(MPI_Comm comm, const char *options, bc_comm **out);
 Status comm_destroy(bc_comm *comm);
@@ -195,5 +200,20 @@ void comm_mark_broken_on(bc_comm *comm, Status st);
 Status request_progress(bc_request **req, bool block, bool *done);
 
 Status comm_describe(bc_comm *comm, int64_t count, bc_dtype_t dtype, std::string *out);
+
+// Helpers shared by the files of lib/api (the file that defines each in brackets).
+// progress_thread_allowed at this process's MPI thread level (comm_setup.cc).
+Status progress_thread_check(const char *mpi_user);
+// Chunks a buffer of `total` elements is cut into under `choice`, at least 1 (comm_plan.cc).
+int64_t chunk_count(const PlanChoice &choice, int64_t total, size_t elem);
+// A call on a broken communicator: its earlier failure again (comm_start.cc).
+Status refuse_broken(const bc_comm *comm);
+// One rank's own checks of a collective's arguments, before anything is sent (comm_start.cc).
+Status check_own_args(const bc_comm *comm, const CollArgs &args);
+// refuse_broken when `comm` is broken, read under its lock (comm_start.cc).
+Status refuse_if_broken(bc_comm *comm);
+// Checks a collective's arguments, takes `lock` and builds its started Operation (comm_start.cc).
+Status start(bc_comm *comm, const CollArgs &args, CommLock *lock, std::unique_ptr<Operation> *op_out,
+             unsigned char **work_out, void **pooled_work_out = nullptr, bool agreed_before = false);
 
 }  // namespace bc

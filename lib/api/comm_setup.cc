@@ -1,0 +1,240 @@
+// A communicator's life: creation (topology, transports, liveness, cost model,
+// progress thread) and destruction; what each transport is told at creation.
+#include "api/comm.h"
+
+#include <chrono>
+#include <cstring>
+#include <memory>
+
+#include "api/progress_thread.h"
+#include "core/log.h"
+#include "sched/liveness.h"
+#include "topo/detect.h"
+
+namespace bc {
+namespace {
+
+// Every rank learns whether any rank failed, so that all fail together rather
+// than some waiting forever in the next collective.
+Status agree(MPI_Comm comm, Status mine, const char *what) {
+  int local = mine, worst = 0;
+  BC_MPI_CHECK(MPI_Allreduce(&local, &worst, 1, MPI_INT, MPI_MAX, comm));
+  if (worst == BC_OK) return BC_OK;
+  if (mine != BC_OK) return mine;
+  return BC_FAIL(static_cast<Status>(worst), "%s failed on another rank", what);
+}
+
+// Whether any rank of `c` has a peer that none of the transports created so far
+// reaches. Collective: all ranks get the same answer, so that all of them go on
+// to create the next transport, or none.
+Status someone_unreached(bc_comm *c, bool *out) {
+  int mine = 0;
+  for (int peer = 0; peer < c->size && !mine; ++peer) {
+    if (peer == c->rank) continue;
+    bool reached = false;
+    for (auto &t : c->transports) reached = reached || t->can_connect(peer, BC_MEM_HOST);
+    mine = reached ? 0 : 1;
+  }
+  int any = 0;
+  BC_MPI_CHECK(MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, c->mpi));
+  *out = any != 0;
+  return BC_OK;
+}
+
+Status select_transports(bc_comm *c) {
+  const std::string want = c->params.get_str(ParamId::Transport);
+  const TransportSetup setup = transport_setup(c);
+  bool known = false;
+  for (const TransportKind &kind : transport_kinds()) {
+    if (want != "auto" && want != kind.name) continue;
+    known = true;
+    if (want == "auto" && !c->transports.empty()) {
+      // Only what some peer needs: on one node, shm reaches every peer and UCX
+      // (about 150 ms to start at np 8, most of a communicator's creation) is
+      // never started.
+      bool needed = true;
+      BC_CHECK(someone_unreached(c, &needed));
+      if (!needed) break;  // nor any later one: the transports so far reach every peer
+    }
+    std::unique_ptr<Transport> t;
+    Status st = kind.create(setup, &t);
+    if (st == BC_ERR_NOT_SUPPORTED && want == "auto") {
+      BC_INFO(Transport, "transport %s is not available here: %s", kind.name, last_error());
+      clear_error();
+      continue;
+    }
+    BC_CHECK(st);
+    c->transports.push_back(std::move(t));
+  }
+  if (!known) {
+    std::string avail;
+    for (const TransportKind &kind : transport_kinds()) avail += std::string(" ") + kind.name;
+    return BC_FAIL(BC_ERR_NOT_SUPPORTED, "BC_TRANSPORT=%s is not in this build (available: auto%s)",
+                   want.c_str(), avail.c_str());
+  }
+  c->peer_transport.assign(c->size, nullptr);
+  for (int peer = 0; peer < c->size; ++peer) {
+    for (auto &t : c->transports) {
+      if (peer == c->rank || t->can_connect(peer, BC_MEM_HOST)) {
+        c->peer_transport[peer] = t.get();
+        break;
+      }
+    }
+    if (!c->peer_transport[peer])
+      return BC_FAIL(BC_ERR_NOT_SUPPORTED, "BC_TRANSPORT=%s cannot reach rank %d from rank %d", want.c_str(),
+                     peer, c->rank);
+  }
+  return BC_OK;
+}
+
+}  // namespace
+
+// progress_thread_allowed at this process's MPI thread level.
+Status progress_thread_check(const char *mpi_user) {
+  int level = MPI_THREAD_SINGLE;
+  BC_MPI_CHECK(MPI_Query_thread(&level));
+  BC_CHECK(progress_thread_allowed(mpi_user, level));
+  return BC_OK;
+}
+
+namespace {
+
+// Last step of the creation: the thread starts once everything it uses is up.
+Status progress_setup(bc_comm *c) {
+  bool mpi_peers = false;
+  for (int r = 0; r < c->size; ++r)
+    if (r != c->rank && std::strcmp(c->peer_transport[r]->name(), "mpi") == 0) mpi_peers = true;
+  if (mpi_peers)
+    BC_CHECK(progress_thread_check("the mpi transport (its thread calls MPI; the shm and ucx transports do not)"));
+  int level = MPI_THREAD_SINGLE;
+  BC_MPI_CHECK(MPI_Query_thread(&level));
+  // The argument agreements call MPI: the thread may advance them only where
+  // MPI lets two threads call it at once.
+  c->thread_agrees = c->check_args && level >= MPI_THREAD_MULTIPLE;
+  c->progress.reset(new ProgressThread(c));
+  BC_CHECK(c->progress->start());
+  return BC_OK;
+}
+
+double ms_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
+}
+
+// The private duplicate: MPI errors on it come back as codes (and become
+// BlueConnect errors) instead of aborting the job, whatever handler the
+// caller's communicator has.
+Status private_comm_setup(bc_comm *c) {
+  BC_MPI_CHECK(MPI_Comm_set_errhandler(c->mpi, MPI_ERRORS_RETURN));
+  BC_MPI_CHECK(MPI_Comm_set_name(c->mpi, "blueconnect"));
+  BC_MPI_CHECK(MPI_Comm_rank(c->mpi, &c->rank));
+  BC_MPI_CHECK(MPI_Comm_size(c->mpi, &c->size));
+  return BC_OK;
+}
+
+// dup_ms: how long the private duplicate took (for the INIT log line).
+Status comm_setup(bc_comm *c, double dup_ms) {
+  const auto t0 = std::chrono::steady_clock::now();
+  BC_CHECK(topo_detect(c->mpi, c->params, &c->topo));
+  const double topo_ms = ms_since(t0);
+  c->hier = Hierarchy::build(c->topo);
+  c->hier_leader = Hierarchy::build(c->topo, Hierarchy::Shape::Leader);
+  c->hier_flat = Hierarchy::build(c->topo, Hierarchy::Shape::Flat);
+  BC_CHECK(algo_parse(c->params.get_str(ParamId::Algo), &c->algo));
+  BC_CHECK(plan_rules_parse(c->params.get_str(ParamId::Plan), &c->plan_rules));
+  const auto t1 = std::chrono::steady_clock::now();
+  BC_CHECK(agree(c->mpi, select_transports(c), "transport selection"));
+  const double transports_ms = ms_since(t1);
+  // Its status is the same on every rank already (it fails only where MPI does).
+  BC_CHECK(Liveness::create(transport_setup(c), &c->liveness));
+  if (c->rank == 0 && log_enabled(LogLevel::Info, LogSys::Plan))
+    BC_INFO(Plan, "%s", c->hier.describe(c->size * 1024, 4).c_str());
+  const auto t2 = std::chrono::steady_clock::now();
+  // On one node the model is off and model_setup is local: no agreement needed.
+  if (model_is_local(c)) BC_CHECK(model_setup(c));
+  else BC_CHECK(agree(c->mpi, model_setup(c), "cost model"));
+  const double model_ms = ms_since(t2);
+  if (c->params.get_int(ParamId::ProgressThread)) BC_CHECK(agree(c->mpi, progress_setup(c), "BC_PROGRESS_THREAD"));
+  if (c->rank == 0 && log_enabled(LogLevel::Info, LogSys::Init)) {
+    std::string names;
+    for (auto &t : c->transports) names += std::string(names.empty() ? "" : ",") + t->name();
+    BC_INFO(Init, "communicator of %d ranks created in %.1f ms (rank 0): private MPI_Comm_dup %.1f, topology %.1f, "
+            "transports %.1f (%s), cost model %.1f", c->size, dup_ms + ms_since(t0), dup_ms, topo_ms, transports_ms,
+            names.c_str(), model_ms);
+  }
+  return BC_OK;
+}
+
+}  // namespace
+
+TransportSetup transport_setup(const bc_comm *c) {
+  TransportSetup setup;
+  setup.bootstrap = c->mpi;
+  setup.rank = c->rank;
+  setup.size = c->size;
+  setup.node_of = c->topo.node_of;
+  setup.params = &c->params;
+  return setup;
+}
+
+Status comm_create(MPI_Comm comm, const char *options, bc_comm **out) {
+  if (!out) return BC_FAIL(BC_ERR_INVALID_ARG, "the output pointer is NULL");
+  *out = nullptr;
+  if (!api_initialized()) return BC_FAIL(BC_ERR_NOT_INITIALIZED, "call bc_init before bc_comm_create");
+  if (comm == MPI_COMM_NULL) return BC_FAIL(BC_ERR_INVALID_ARG, "the MPI communicator is MPI_COMM_NULL");
+  int inter = 0;
+  BC_MPI_CHECK(MPI_Comm_test_inter(comm, &inter));
+  if (inter) return BC_FAIL(BC_ERR_NOT_SUPPORTED, "intercommunicators are not supported");
+
+  std::unique_ptr<bc_comm> c(new bc_comm);
+  c->params = global_params();
+  // Bad options fail on every rank alike (every rank must pass the same string).
+  BC_CHECK(c->params.apply_overrides(options));
+  c->check_args = c->params.get_int(ParamId::CheckArgs) != 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  BC_MPI_CHECK(MPI_Comm_dup(comm, &c->mpi));
+  const double dup_ms = ms_since(t0);
+  Status st = private_comm_setup(c.get());
+  if (st == BC_OK) st = comm_setup(c.get(), dup_ms);
+  if (st != BC_OK) {
+    trail(st, __FILE__, __LINE__);
+    c->progress.reset();
+    c->transports.clear();
+    BC_MPI_WARN(MPI_Comm_free(&c->mpi));
+    return st;
+  }
+  c->magic = kCommMagic;
+  comm_live_add(c.get());
+  *out = c.release();
+  return BC_OK;
+}
+
+Status comm_destroy(bc_comm *comm) {
+  BC_CHECK(comm_check(comm));
+  if (comm->inflight > 0)
+    return BC_FAIL(BC_ERR_INVALID_ARG, "%d non-blocking operation(s) still in flight; complete them with bc_wait first",
+                   comm->inflight);
+  comm_live_remove(comm);
+  comm->magic = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  comm->progress.reset();  // joins the thread: nothing uses the transports after this
+  comm->dev_transports.clear();  // they wrap the host transports: first
+  comm->dev_pool.clear();
+  comm->host_pool.clear();
+  // A communicator that never failed leaves its shm node setup to the next one
+  // over the same processes (transports/shm/shm_reuse.cc).
+  transports_retire(&comm->transports, comm->broken_by == BC_OK);
+  comm->liveness.reset();  // its TCP watch connections stay with the process until bc_finalize
+  // Local in Open MPI 4.1 (no synchronisation): safe after a peer died.
+  const double transports_ms = ms_since(t0);
+  const int rc = comm->mpi != MPI_COMM_NULL ? MPI_Comm_free(&comm->mpi) : MPI_SUCCESS;
+  if (comm->rank == 0 && log_enabled(LogLevel::Info, LogSys::Init))
+    BC_INFO(Init, "communicator of %d ranks destroyed in %.1f ms (rank 0): transports %.1f", comm->size,
+            ms_since(t0), transports_ms);
+  delete comm;
+  BC_MPI_CHECK(rc);
+  return BC_OK;
+}
+
+}  // namespace bc
+
+bc_comm::~bc_comm() { progress.reset(); }
