@@ -67,7 +67,7 @@ Status refuse_if_broken(bc_comm *c) {
 // reduce_scatter's finish). *pooled_work_out: a work buffer from the pool of
 // the buffers' memory type (reduce_scatter out of place), for the caller to
 // release; set before any failure after it is taken.
-// `agreed`: a non-blocking call whose agreement has already passed (comm_advance_agreements).
+// `agreed_before`: a non-blocking call whose agreement has already passed (comm_advance_agreements).
 Status start(bc_comm *c, const CollArgs &a, CommLock *lock, std::unique_ptr<Operation> *op_out,
              unsigned char **work_out, void **pooled_work_out, bool agreed_before) {
   BC_CHECK(comm_check(c));
