@@ -149,11 +149,14 @@ Status detect(MPI_Comm comm, const ParamSet &params, Topology *out) {
   std::vector<TopoRecord> all(size);
   BC_MPI_CHECK(MPI_Allgather(&mine, sizeof mine, MPI_BYTE, all.data(), sizeof mine, MPI_BYTE, comm));
 
+  // Failures first: a rank that failed has no levels to compare.
   for (int r = 0; r < size; ++r) {
     if (all[r].status != BC_OK) {
-      if (r == rank) return static_cast<Status>(all[r].status);  // keeps this rank's own message
+      if (all[rank].status != BC_OK) return static_cast<Status>(all[rank].status);  // keeps this rank's own message
       return BC_FAIL(static_cast<Status>(all[r].status), "topology detection failed on rank %d", r);
     }
+  }
+  for (int r = 0; r < size; ++r) {
     if (all[r].settings_hash != mine.settings_hash)
       return BC_FAIL(BC_ERR_TOPOLOGY,
                      "rank %d has different BC_TOPO/BC_TOPO_FILE/BC_TOPO_INTRA settings than rank %d; "
