@@ -6,6 +6,8 @@
 #include <numeric>
 #include <sstream>
 
+#include "core/hash.h"
+
 namespace bc {
 
 int Topology::units(int l) const {
@@ -198,6 +200,148 @@ Status topo_from_keys(const std::vector<std::vector<int64_t>> &keys,
     }
   }
   *out = std::move(t);
+  return BC_OK;
+}
+
+int64_t topo_group_key(const std::string &name) { return static_cast<int64_t>(fnv1a(name) >> 1); }
+
+Status topo_file_parse(const std::string &text, const std::string &label, const std::string &host,
+                       int max_cols, std::vector<std::string> *groups) {
+  std::istringstream in(text);
+  std::string line;
+  int lineno = 0, ncols = -1;
+  bool found = false;
+  while (std::getline(in, line)) {
+    ++lineno;
+    line = line.substr(0, line.find('#'));
+    std::istringstream ls(line);
+    std::string name, group;
+    if (!(ls >> name)) continue;
+    std::vector<std::string> cols;
+    while (ls >> group) cols.push_back(group);
+    if (cols.empty())
+      return BC_FAIL(BC_ERR_TOPOLOGY, "BC_TOPO_FILE=%s:%d: '%s' has no group; expected 'HOSTNAME GROUP [GROUP2 ...]'",
+                     label.c_str(), lineno, name.c_str());
+    if (ncols >= 0 && static_cast<int>(cols.size()) != ncols)
+      return BC_FAIL(BC_ERR_TOPOLOGY, "BC_TOPO_FILE=%s:%d: every line needs the same number of groups (%d)",
+                     label.c_str(), lineno, ncols);
+    ncols = static_cast<int>(cols.size());
+    if (name == host) { *groups = cols; found = true; }
+  }
+  if (ncols > max_cols)
+    return BC_FAIL(BC_ERR_TOPOLOGY, "BC_TOPO_FILE=%s: at most %d group columns", label.c_str(), max_cols);
+  if (!found)
+    return BC_FAIL(BC_ERR_TOPOLOGY, "BC_TOPO_FILE=%s: this host (%s) is not listed", label.c_str(), host.c_str());
+  return BC_OK;
+}
+
+namespace {
+
+std::vector<std::string> split_dots(const std::string &s) {
+  std::vector<std::string> out;
+  size_t pos = 0;
+  while (true) {
+    const size_t dot = s.find('.', pos);
+    out.push_back(s.substr(pos, dot == std::string::npos ? std::string::npos : dot - pos));
+    if (dot == std::string::npos) return out;
+    pos = dot + 1;
+  }
+}
+
+}  // namespace
+
+Status topo_addr_parse(const std::string &addr, const char *addr_var, const std::string *pattern,
+                       const char *pattern_var, std::vector<std::string> *switches) {
+  const std::vector<std::string> fields = split_dots(addr);
+  for (size_t i = 0; i < fields.size(); ++i)
+    if (fields[i].empty() || fields[i].find_first_of(" \t\r\n") != std::string::npos)
+      return BC_FAIL(BC_ERR_TOPOLOGY,
+                     "%s='%s': field %zu is empty or holds blanks; expected switch names and the node name "
+                     "separated by dots, outermost first (e.g. 'spine1.rack3.host17')",
+                     addr_var, addr.c_str(), i + 1);
+  if (pattern) {
+    const std::vector<std::string> words = split_dots(*pattern);
+    if (words.size() != fields.size())
+      return BC_FAIL(BC_ERR_TOPOLOGY, "%s='%s' has %zu field(s) but %s='%s' has %zu; they must match",
+                     addr_var, addr.c_str(), fields.size(), pattern_var, pattern->c_str(), words.size());
+    for (size_t i = 0; i < words.size(); ++i) {
+      const char *want = i + 1 == words.size() ? "node" : "switch";
+      if (words[i] != want)
+        return BC_FAIL(BC_ERR_TOPOLOGY,
+                       "%s='%s': field %zu is '%s', expected '%s' (only 'switch...switch.node' from Slurm's "
+                       "topology/tree is understood; BC_TOPO_SCHEDULER=off ignores Slurm's variables)",
+                       pattern_var, pattern->c_str(), i + 1, words[i].c_str(), want);
+    }
+  }
+  switches->assign(fields.rbegin() + 1, fields.rend());
+  return BC_OK;
+}
+
+Status topo_to_file(const Topology &t, const std::vector<std::string> &host_of, std::string *out) {
+  const int n = t.nranks;
+  if (static_cast<int>(host_of.size()) != n)
+    return BC_FAIL(BC_ERR_INVALID_ARG, "%zu host names for %d ranks", host_of.size(), n);
+  // Hosts in order of their smallest rank.
+  std::vector<std::string> hosts;
+  std::map<std::string, int> host_id;
+  std::vector<int> host_of_rank(n);
+  for (int r = 0; r < n; ++r) {
+    auto it = host_id.find(host_of[r]);
+    if (it == host_id.end()) {
+      it = host_id.emplace(host_of[r], static_cast<int>(hosts.size())).first;
+      hosts.push_back(host_of[r]);
+    }
+    host_of_rank[r] = it->second;
+  }
+  const int nhosts = static_cast<int>(hosts.size());
+  // Each host's unit at each level; the columns are the levels below the root
+  // that hold whole hosts and group more than one of them.
+  std::vector<int> unit(n);
+  std::iota(unit.begin(), unit.end(), 0);
+  std::vector<std::vector<int>> columns;  // columns[c][host]
+  std::vector<std::string> names, inside;
+  for (int l = 1; l <= t.levels(); ++l) {
+    for (int r = 0; r < n; ++r) unit[r] = t.parent[l - 1][unit[r]];
+    std::vector<int> of_host(nhosts, -1);
+    int split = -1;
+    for (int r = 0; r < n && split < 0; ++r) {
+      int &u = of_host[host_of_rank[r]];
+      if (u != -1 && u != unit[r]) split = host_of_rank[r];
+      u = unit[r];
+    }
+    const std::string &name = t.level_names[l - 1];
+    if (split >= 0) {
+      if (name == "numa" || name == "package") {
+        inside.push_back(name);
+        continue;
+      }
+      return BC_FAIL(BC_ERR_TOPOLOGY,
+                     "level %d (%s) puts the ranks of host %s in different groups: a BC_TOPO_FILE holds only "
+                     "levels above the host (topology from %s)", l, name.c_str(), hosts[split].c_str(),
+                     t.source.c_str());
+    }
+    if (l == t.levels() || t.units(l) == nhosts) continue;  // the root, or the hosts themselves
+    columns.push_back(of_host);
+    names.push_back(name);
+  }
+  std::ostringstream os;
+  os << "# BC_TOPO_FILE: " << nhosts << " host(s), " << n << " rank(s); topology from " << t.source << "\n";
+  for (auto &name : inside) os << "# level '" << name << "' inside the host: set BC_TOPO_INTRA=" << name << "\n";
+  os << "# HOSTNAME";
+  for (auto &name : names) os << " " << name;
+  if (names.empty()) os << " all";
+  os << "\n";
+  for (int h = 0; h < nhosts; ++h) {
+    os << hosts[h];
+    for (size_t c = 0; c < columns.size(); ++c) {
+      const std::string &name = names[c];
+      const bool digit_end = !name.empty() && std::isdigit(static_cast<unsigned char>(name.back()));
+      os << " " << name << (digit_end ? "_" : "") << columns[c][h];
+    }
+    if (columns.empty()) os << " all";
+    os << "\n";
+  }
+  *out = os.str();
   return BC_OK;
 }
 

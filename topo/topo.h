@@ -53,4 +53,34 @@ Status topo_parse(const std::string &spec, int nranks, Topology *out);
 Status topo_from_keys(const std::vector<std::vector<int64_t>> &keys,
                       const std::vector<std::string> &level_names, Topology *out);
 
+// The key of a group name in BC_TOPO_FILE, BC_TOPO_ADDR or SLURM_TOPOLOGY_ADDR
+// (the same name gives the same key wherever it comes from).
+int64_t topo_group_key(const std::string &name);
+
+// The group columns of `host`'s line in the text of a BC_TOPO_FILE (`label`,
+// for messages, names the file): 'HOSTNAME GROUP [GROUP2 ...]' per line, '#'
+// starts a comment, every line the same number of groups, at most max_cols.
+Status topo_file_parse(const std::string &text, const std::string &label, const std::string &host,
+                       int max_cols, std::vector<std::string> *groups);
+
+// A scheduler's address of this rank's node, outermost switch first and the
+// node name last ("s0.s10.node17"), into the switch names innermost first
+// ({"s10", "s0"}). With a pattern (Slurm's SLURM_TOPOLOGY_ADDR_PATTERN,
+// "switch.switch.node") the two must have as many dot-separated fields, the
+// pattern's last 'node' and the others 'switch'; without one (BC_TOPO_ADDR)
+// every field but the last is a switch. No field may be empty. addr_var and
+// pattern_var name the variables in messages.
+Status topo_addr_parse(const std::string &addr, const char *addr_var, const std::string *pattern,
+                       const char *pattern_var, std::vector<std::string> *switches);
+
+// The levels of `t` above the host, as a BC_TOPO_FILE: one line
+// 'HOSTNAME GROUP [GROUP2 ...]' per host (host_of[r] is rank r's host), groups
+// named after the level and its unit ("rack0", "level3_1"). Levels inside a
+// host named "numa" or "package" are left to BC_TOPO_INTRA (a comment says
+// so); any other level that splits a host (a virtual one from BC_TOPO, or
+// BC_TOPO_ADDR giving the ranks of one host different switches) cannot be
+// written and is an error. Without levels above the host every host gets the
+// one group "all", which reloads to the same tree.
+Status topo_to_file(const Topology &t, const std::vector<std::string> &host_of, std::string *out);
+
 }  // namespace bc
