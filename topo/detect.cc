@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <fstream>
@@ -22,9 +23,18 @@ struct TopoRecord {
   int32_t status;       // BC_OK, or this rank's failure code
   int32_t nkeys;
   int64_t node_leader;  // smallest rank on this rank's node
-  uint64_t settings_hash;  // BC_TOPO / BC_TOPO_FILE / BC_TOPO_INTRA must agree
+  uint64_t settings_hash;  // BC_TOPO / BC_TOPO_FILE / BC_TOPO_INTRA / BC_TOPO_SCHEDULER must agree
+  int32_t above;           // where the levels above the node come from (Above); must agree
+  int32_t unused;
   int64_t keys[kMaxKeys];
 };
+
+// Where a rank's levels above the node come from. The address variables are
+// per rank, so they are not in the settings hash; every rank must still have
+// the same kind, else some would build levels that others do not have.
+enum Above : int32_t { kAboveNone = 0, kAboveFile, kAboveSlurm, kAboveAddr };
+const char *const kAboveText[] = {"no address (BC_TOPO_ADDR and SLURM_TOPOLOGY_ADDR unset)", "BC_TOPO_FILE",
+                                  "Slurm's SLURM_TOPOLOGY_ADDR", "BC_TOPO_ADDR"};
 
 // The package or NUMA node that this process is bound inside; -1 when its
 // binding spans several (e.g. --bind-to none).
@@ -50,38 +60,43 @@ Status hwloc_key(const std::string &kind, int64_t *key) {
   return BC_OK;
 }
 
-// The group columns of this host's line in BC_TOPO_FILE.
-Status topo_file_keys(const std::string &path, std::vector<int64_t> *keys, int *ncols) {
-  std::ifstream in(path);
-  if (!in) return BC_FAIL(BC_ERR_TOPOLOGY, "BC_TOPO_FILE=%s: cannot open the file", path.c_str());
+std::string this_host() {
   char host[256] = "";
   gethostname(host, sizeof host - 1);
-  std::string line;
-  int lineno = 0;
-  *ncols = -1;
-  bool found = false;
-  while (std::getline(in, line)) {
-    ++lineno;
-    line = line.substr(0, line.find('#'));
-    std::istringstream ls(line);
-    std::string name, group;
-    if (!(ls >> name)) continue;
-    std::vector<int64_t> cols;
-    while (ls >> group) cols.push_back(static_cast<int64_t>(fnv1a(group) >> 1));
-    if (cols.empty())
-      return BC_FAIL(BC_ERR_TOPOLOGY, "BC_TOPO_FILE=%s:%d: '%s' has no group; expected 'HOSTNAME GROUP [GROUP2 ...]'",
-                     path.c_str(), lineno, name.c_str());
-    if (*ncols >= 0 && static_cast<int>(cols.size()) != *ncols)
-      return BC_FAIL(BC_ERR_TOPOLOGY, "BC_TOPO_FILE=%s:%d: every line needs the same number of groups (%d)",
-                     path.c_str(), lineno, *ncols);
-    *ncols = static_cast<int>(cols.size());
-    if (name == host) { *keys = cols; found = true; }
+  return host;
+}
+
+// The group columns of this host's line in BC_TOPO_FILE.
+Status topo_file_keys(const std::string &path, std::vector<std::string> *groups) {
+  std::ifstream in(path);
+  if (!in) return BC_FAIL(BC_ERR_TOPOLOGY, "BC_TOPO_FILE=%s: cannot open the file", path.c_str());
+  std::ostringstream text;
+  text << in.rdbuf();
+  return topo_file_parse(text.str(), path, this_host(), kMaxKeys - 2, groups);
+}
+
+// Which scheduler address this rank has, and its switches innermost first.
+// Slurm's variables are the scheduler's, not BC_* parameters, so they are read
+// here rather than in the registry (BC_TOPO_SCHEDULER says whether to).
+Status scheduler_switches(const ParamSet &params, Above *above, std::vector<std::string> *switches) {
+  *above = kAboveNone;
+  const std::string &addr = params.get_str(ParamId::TopoAddr);
+  if (!addr.empty()) {
+    *above = kAboveAddr;
+    return topo_addr_parse(addr, "BC_TOPO_ADDR", nullptr, nullptr, switches);
   }
-  if (*ncols > kMaxKeys - 2)
-    return BC_FAIL(BC_ERR_TOPOLOGY, "BC_TOPO_FILE=%s: at most %d group columns", path.c_str(), kMaxKeys - 2);
-  if (!found)
-    return BC_FAIL(BC_ERR_TOPOLOGY, "BC_TOPO_FILE=%s: this host (%s) is not listed", path.c_str(), host);
-  return BC_OK;
+  if (params.get_str(ParamId::TopoScheduler) == "off") return BC_OK;
+  const char *slurm_addr = std::getenv("SLURM_TOPOLOGY_ADDR");
+  const char *slurm_pattern = std::getenv("SLURM_TOPOLOGY_ADDR_PATTERN");
+  if (!slurm_addr && !slurm_pattern) return BC_OK;
+  *above = kAboveSlurm;
+  if (!slurm_addr || !slurm_pattern)
+    return BC_FAIL(BC_ERR_TOPOLOGY,
+                   "%s is set but %s is not; Slurm sets both (BC_TOPO_SCHEDULER=off ignores them)",
+                   slurm_addr ? "SLURM_TOPOLOGY_ADDR" : "SLURM_TOPOLOGY_ADDR_PATTERN",
+                   slurm_addr ? "SLURM_TOPOLOGY_ADDR_PATTERN" : "SLURM_TOPOLOGY_ADDR");
+  const std::string pattern = slurm_pattern;
+  return topo_addr_parse(slurm_addr, "SLURM_TOPOLOGY_ADDR", &pattern, "SLURM_TOPOLOGY_ADDR_PATTERN", switches);
 }
 
 // This rank's keys, innermost level first, without collectives other than the
@@ -103,7 +118,7 @@ Status node_leader_of(MPI_Comm comm, int64_t *leader) {
 }
 
 Status local_keys(const ParamSet &params, int64_t node_leader, std::vector<int64_t> *keys,
-                  std::vector<std::string> *names) {
+                  std::vector<std::string> *names, Above *above) {
   const std::string intra = params.get_str(ParamId::TopoIntra);
   if (intra != "none") {
     int64_t k = -1;
@@ -113,15 +128,22 @@ Status local_keys(const ParamSet &params, int64_t node_leader, std::vector<int64
   }
   keys->push_back(node_leader);
   names->push_back("node");
+  // BC_TOPO_FILE first; else the scheduler's address. Either way group names,
+  // innermost first.
   const std::string file = params.get_str(ParamId::TopoFile);
+  std::vector<std::string> groups;
   if (!file.empty()) {
-    std::vector<int64_t> cols;
-    int ncols = 0;
-    BC_CHECK(topo_file_keys(file, &cols, &ncols));
-    for (size_t i = 0; i < cols.size(); ++i) {
-      keys->push_back(cols[i]);
-      names->push_back(i == 0 ? "rack" : "level" + std::to_string(i + 2));
-    }
+    *above = kAboveFile;
+    BC_CHECK(topo_file_keys(file, &groups));
+  } else {
+    BC_CHECK(scheduler_switches(params, above, &groups));
+    if (groups.size() > static_cast<size_t>(kMaxKeys - 2))
+      return BC_FAIL(BC_ERR_TOPOLOGY, "%s: %zu switch levels; at most %d are supported", kAboveText[*above],
+                     groups.size(), kMaxKeys - 2);
+  }
+  for (size_t i = 0; i < groups.size(); ++i) {
+    keys->push_back(topo_group_key(groups[i]));
+    names->push_back(i == 0 ? "rack" : "level" + std::to_string(i + 2));
   }
   return BC_OK;
 }
@@ -136,13 +158,15 @@ Status detect(MPI_Comm comm, const ParamSet &params, Topology *out) {
   TopoRecord mine;
   std::memset(&mine, 0, sizeof mine);
   mine.settings_hash = fnv1a(spec + "|" + params.get_str(ParamId::TopoFile) + "|" +
-                             params.get_str(ParamId::TopoIntra));
+                             params.get_str(ParamId::TopoIntra) + "|" + params.get_str(ParamId::TopoScheduler));
   std::vector<int64_t> keys;
   std::vector<std::string> names;
+  Above above = kAboveNone;
   // Every rank takes part in the node split, so a failure is recorded, not returned.
   Status st = node_leader_of(comm, &mine.node_leader);
-  if (st == BC_OK && spec.empty()) st = local_keys(params, mine.node_leader, &keys, &names);
+  if (st == BC_OK && spec.empty()) st = local_keys(params, mine.node_leader, &keys, &names, &above);
   if (st != BC_OK) mine.status = st;
+  mine.above = above;
   mine.nkeys = static_cast<int32_t>(keys.size());
   for (size_t i = 0; i < keys.size() && i < kMaxKeys; ++i) mine.keys[i] = keys[i];
 
@@ -159,11 +183,19 @@ Status detect(MPI_Comm comm, const ParamSet &params, Topology *out) {
   for (int r = 0; r < size; ++r) {
     if (all[r].settings_hash != mine.settings_hash)
       return BC_FAIL(BC_ERR_TOPOLOGY,
-                     "rank %d has different BC_TOPO/BC_TOPO_FILE/BC_TOPO_INTRA settings than rank %d; "
-                     "every rank must use the same", r, rank);
+                     "rank %d has different BC_TOPO/BC_TOPO_FILE/BC_TOPO_INTRA/BC_TOPO_SCHEDULER settings "
+                     "than rank %d; every rank must use the same", r, rank);
+    if (all[r].above != mine.above)
+      return BC_FAIL(BC_ERR_TOPOLOGY,
+                     "rank %d takes the levels above the node from %s, rank %d from %s; every rank must see "
+                     "the same kind of address (export BC_TOPO_ADDR to every rank, or set "
+                     "BC_TOPO_SCHEDULER=off to ignore Slurm's variables)",
+                     r, kAboveText[all[r].above >= 0 && all[r].above <= kAboveAddr ? all[r].above : 0], rank,
+                     kAboveText[mine.above]);
     if (all[r].nkeys != mine.nkeys)
-      return BC_FAIL(BC_ERR_TOPOLOGY, "rank %d found %d topology levels, rank %d found %d", r,
-                     all[r].nkeys, rank, mine.nkeys);
+      return BC_FAIL(BC_ERR_TOPOLOGY, "rank %d found %d topology levels, rank %d found %d (from %s: every "
+                     "rank's address needs as many switches)", r, all[r].nkeys, rank, mine.nkeys,
+                     kAboveText[mine.above]);
   }
 
   Topology t;
@@ -174,7 +206,9 @@ Status detect(MPI_Comm comm, const ParamSet &params, Topology *out) {
     for (int r = 0; r < size; ++r) allkeys[r].assign(all[r].keys, all[r].keys + all[r].nkeys);
     BC_CHECK(topo_from_keys(allkeys, names, &t));
     t.source = "MPI_COMM_TYPE_SHARED";
-    if (!params.get_str(ParamId::TopoFile).empty()) t.source += " + BC_TOPO_FILE";
+    if (above == kAboveFile) t.source += " + BC_TOPO_FILE";
+    if (above == kAboveSlurm) t.source += " + Slurm SLURM_TOPOLOGY_ADDR";
+    if (above == kAboveAddr) t.source += " + BC_TOPO_ADDR";
     if (params.get_str(ParamId::TopoIntra) != "none") t.source += " + hwloc " + params.get_str(ParamId::TopoIntra);
   }
   t.node_of.resize(size);
@@ -226,8 +260,13 @@ bool world_ranks_of(MPI_Comm comm, std::vector<int> *out) {
 // node split, its broadcast and the allgather cost 1.8 of 6 ms of a
 // communicator's creation at np 8 on one node.
 Status topo_detect(MPI_Comm comm, const ParamSet &params, Topology *out) {
+  // This rank's addresses too: the same settings with another address are another layout.
+  const char *slurm_addr = std::getenv("SLURM_TOPOLOGY_ADDR");
+  const char *slurm_pattern = std::getenv("SLURM_TOPOLOGY_ADDR_PATTERN");
   const std::string settings = params.get_str(ParamId::Topo) + "|" + params.get_str(ParamId::TopoFile) + "|" +
-                               params.get_str(ParamId::TopoIntra);
+                               params.get_str(ParamId::TopoIntra) + "|" + params.get_str(ParamId::TopoScheduler) +
+                               "|" + params.get_str(ParamId::TopoAddr) + "|" + (slurm_addr ? slurm_addr : "-") +
+                               "|" + (slurm_pattern ? slurm_pattern : "-");
   std::vector<int> members;
   const bool cacheable = world_ranks_of(comm, &members);
   int have = 0;

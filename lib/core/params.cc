@@ -33,14 +33,31 @@ const ParamDef kParamDefs[] = {
      "node, 2 nodes per rack, 2 racks. Levels are separated by 'x' or '/'; a level is one number "
      "(every unit the same) or a comma list of unit sizes ('3,2,3' = nodes of 3, 2 and 3 ranks). "
      "The top level may be left out: the remaining units form one group. Empty: detect nodes "
-     "with MPI_COMM_TYPE_SHARED, then BC_TOPO_FILE and BC_TOPO_INTRA."},
+     "with MPI_COMM_TYPE_SHARED, then BC_TOPO_FILE (or the scheduler's levels: BC_TOPO_SCHEDULER, "
+     "BC_TOPO_ADDR) and BC_TOPO_INTRA."},
     {ParamId::TopoFile, "BC_TOPO_FILE", ParamType::String, "", nullptr, kParamAnyRange,
      "Levels above the node: a file of lines 'HOSTNAME GROUP [GROUP2 ...]' (e.g. 'node07 rack1 "
      "row0'); '#' starts a comment. Each column adds one level, slower than the last. Every host "
-     "of the job must be listed."},
+     "of the job must be listed. Takes precedence over the scheduler's levels (BC_TOPO_SCHEDULER, "
+     "BC_TOPO_ADDR). bc_info --topology-file PATH writes the detected levels in this format."},
     {ParamId::TopoIntra, "BC_TOPO_INTRA", ParamType::Enum, "none", "none|package|numa", kParamAnyRange,
      "Add a level inside the node from the hwloc tree: ranks bound to the same package (socket) "
      "or NUMA node form a group. Ranks that are not bound within one such object ignore it."},
+    {ParamId::TopoScheduler, "BC_TOPO_SCHEDULER", ParamType::Enum, "auto", "auto|off", kParamAnyRange,
+     "Levels above the node from the batch scheduler, when neither BC_TOPO nor BC_TOPO_FILE is set. "
+     "auto: read Slurm's SLURM_TOPOLOGY_ADDR and SLURM_TOPOLOGY_ADDR_PATTERN when both are set (the "
+     "topology/tree plugin sets them per task, e.g. 's0.s10.node17' and 'switch.switch.node'): the "
+     "innermost switch is the rack level, the next level3, and so on; levels where every unit has "
+     "one child are dropped, so a cluster on one switch gets none. A pattern other than "
+     "'switch...switch.node' is an error. off: ignore Slurm's variables. Every rank must see the same "
+     "kind of address (all Slurm, all BC_TOPO_ADDR, or none), else communicator creation fails on "
+     "every rank with BC_ERR_TOPOLOGY. BC_TOPO_ADDR, when set, is used whatever this says."},
+    {ParamId::TopoAddr, "BC_TOPO_ADDR", ParamType::String, "", nullptr, kParamAnyRange,
+     "This rank's place in the network for any launcher: the switches above its node, outermost "
+     "first, then the node name, separated by dots (e.g. 'spine1.rack3.host17'; the format of Slurm's "
+     "SLURM_TOPOLOGY_ADDR). A launcher wrapper exports it per rank (from PBS, Kubernetes labels, a "
+     "CMDB); used instead of Slurm's variables. The node level itself still comes from "
+     "MPI_COMM_TYPE_SHARED and the node name is not used. Ignored when BC_TOPO or BC_TOPO_FILE is set."},
     {ParamId::Transport, "BC_TRANSPORT", ParamType::Enum, "auto", "auto|mpi|ucx|shm", kParamAnyRange,
      "Transport for every stage. auto: the best available per stage; a forced transport that "
      "cannot serve a stage is an error at communicator creation."},

@@ -19,6 +19,8 @@ enum class ParamId : int {
   Topo,         // BC_TOPO
   TopoFile,     // BC_TOPO_FILE
   TopoIntra,    // BC_TOPO_INTRA
+  TopoScheduler,// BC_TOPO_SCHEDULER
+  TopoAddr,     // BC_TOPO_ADDR
   Transport,    // BC_TRANSPORT
   Algo,         // BC_ALGO
   Timeout,      // BC_TIMEOUT
