@@ -5,8 +5,12 @@
 //   bc_info --params         only the parameters
 //   bc_info --plan SIZE      topology and the plan for SIZE bytes (repeatable)
 //   bc_info --options S      per-communicator overrides, e.g. "BC_TOPO=2x2"
+//   bc_info --topology       only the detected topology
+//   bc_info --topology-file PATH  also write its levels above the host as a
+//                            BC_TOPO_FILE (rank 0 writes), to reload later
 #include <mpi.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -20,11 +24,17 @@ namespace {
 
 const char kUsage[] =
     "Usage: [mpirun -np N] bc_info [--params] [--plan SIZE]... [-t DTYPE] [--options \"BC_NAME=v;...\"]\n"
+    "               [--topology] [--topology-file PATH]\n"
     "  (no option)    version, BC_* parameters, topology, and the plans for 4K, 1M and 64M\n"
     "  --params       only the BC_* parameters (value, default, documentation)\n"
     "  --plan SIZE    topology and the all-reduce plan for SIZE bytes (K M G suffixes; repeatable)\n"
     "  -t DTYPE       element type for --plan (default float32)\n"
     "  --options S    communicator overrides, as bc_comm_create_with: \"BC_TOPO=2x2;BC_ALGO=ring\"\n"
+    "  --topology     only the detected topology (levels, units, where they came from)\n"
+    "  --topology-file PATH\n"
+    "                 with --topology, or alone: also write the levels above the host to PATH as a\n"
+    "                 BC_TOPO_FILE (one 'HOSTNAME GROUP...' line per host; rank 0 writes), which\n"
+    "                 BC_TOPO_FILE=PATH loads in a later job\n"
     "  -h, --help     this text\n";
 
 int finish(int code) {
@@ -41,6 +51,8 @@ int main(int argc, char **argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &size);
 
   bool params_only = false;
+  bool topology_only = false;
+  std::string topology_file;
   std::vector<int64_t> plans;
   std::string options;
   bc_dtype_t dtype = BC_FLOAT32;
@@ -56,6 +68,11 @@ int main(int argc, char **argv) {
     } else if (a == "--plan" && next && bcbench::parse_bytes(next, &bytes)) {
       plans.push_back(bytes);
       ++i;
+    } else if (a == "--topology") {
+      topology_only = true;
+    } else if (a == "--topology-file" && next) {
+      topology_file = argv[++i];
+      topology_only = true;
     } else if (a == "--options" && next) {
       options = argv[++i];
     } else if (a == "-t" && next) {
@@ -71,7 +88,7 @@ int main(int argc, char **argv) {
     } else {
       if (rank == 0)
         std::fprintf(stderr, "bc_info: bad argument '%s'%s\n%s", argv[i],
-                     (a == "--plan" || a == "--options" || a == "-t") ? " (missing or bad value)" : "", kUsage);
+                     (a == "--plan" || a == "--options" || a == "-t" || a == "--topology-file") ? " (missing or bad value)" : "", kUsage);
       return finish(2);
     }
   }
@@ -81,7 +98,7 @@ int main(int argc, char **argv) {
     if (rank == 0) std::fprintf(stderr, "bc_info: bc_init failed: %s\n", bc_last_error());
     return finish(1);
   }
-  if (rank == 0) {
+  if (rank == 0 && !topology_only) {
     if (!params_only)
       std::printf("BlueConnect %s (header %d.%d.%d), CUDA support: %s\n\nParameters:\n", BC_VERSION,
                   BC_VERSION_MAJOR, BC_VERSION_MINOR, BC_VERSION_PATCH, BC_HAVE_CUDA ? "yes" : "no");
@@ -98,6 +115,39 @@ int main(int argc, char **argv) {
     if (rank == 0) std::fprintf(stderr, "bc_info: bc_comm_create failed: %s\n", bc_last_error());
     bc_finalize();
     return finish(1);
+  }
+  if (topology_only) {
+    int code = 0;
+    if (rank == 0) {
+      size_t needed = 0;
+      std::string text;
+      st = bc_comm_describe(comm, 1024, BC_FLOAT32, nullptr, 0, &needed);
+      if (st == BC_OK) {
+        text.resize(needed);
+        st = bc_comm_describe(comm, 1024, BC_FLOAT32, &text[0], needed, &needed);
+      }
+      if (st != BC_OK) {
+        std::fprintf(stderr, "bc_info: bc_comm_describe failed: %s\n", bc_last_error());
+        code = 1;
+      } else {
+        text.resize(std::strlen(text.c_str()));
+        text.erase(std::min(text.size(), text.find("choice for ")));  // the topology, not the plan
+        std::printf("%s", text.c_str());
+      }
+    }
+    if (!topology_file.empty()) {
+      st = bc_comm_write_topology(comm, topology_file.c_str());
+      if (st != BC_OK) {
+        if (rank == 0) std::fprintf(stderr, "bc_info: bc_comm_write_topology failed: %s\n", bc_last_error());
+        code = 1;
+      } else if (rank == 0) {
+        std::printf("wrote the levels above the host to %s (load with BC_TOPO_FILE=%s)\n", topology_file.c_str(),
+                    topology_file.c_str());
+      }
+    }
+    bc_comm_destroy(&comm);
+    bc_finalize();
+    return finish(code);
   }
   if (plans.empty()) plans = {4 << 10, 1 << 20, 64 << 20};
   int code = 0;

@@ -174,6 +174,10 @@ bc_status_t bc_comm_describe(bc_comm_t comm, int64_t count, bc_dtype_t dtype, ch
   });
 }
 
+bc_status_t bc_comm_write_topology(bc_comm_t comm, const char *path) {
+  return guarded("bc_comm_write_topology", [&]() -> bc_status_t { return bc::comm_write_topology(comm, path); });
+}
+
 bc_status_t bc_comm_stage_times(bc_comm_t comm, double *seconds, int max, int *nstages) {
   return guarded("bc_comm_stage_times", [&]() -> bc_status_t {
     BC_CHECK(bc::comm_check(comm));

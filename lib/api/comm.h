@@ -200,6 +200,9 @@ void comm_mark_broken_on(bc_comm *comm, Status st);
 Status request_progress(bc_request **req, bool block, bool *done);
 
 Status comm_describe(bc_comm *comm, int64_t count, bc_dtype_t dtype, std::string *out);
+// bc_comm_write_topology: every rank's host name gathered, rank 0 writes the
+// levels above the host as a BC_TOPO_FILE, the status agreed.
+Status comm_write_topology(bc_comm *comm, const char *path);
 
 // Helpers shared by the files of lib/api (the file that defines each in brackets).
 // progress_thread_allowed at this process's MPI thread level (comm_setup.cc).

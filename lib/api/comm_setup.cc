@@ -1,10 +1,14 @@
 // A communicator's life: creation (topology, transports, liveness, cost model,
-// progress thread) and destruction; what each transport is told at creation.
+// progress thread) and destruction; what each transport is told at creation;
+// writing the detected levels as a BC_TOPO_FILE.
 #include "api/comm.h"
 
+#include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <memory>
+#include <unistd.h>
 
 #include "api/progress_thread.h"
 #include "core/log.h"
@@ -233,6 +237,32 @@ Status comm_destroy(bc_comm *comm) {
   delete comm;
   BC_MPI_CHECK(rc);
   return BC_OK;
+}
+
+Status comm_write_topology(bc_comm *c, const char *path) {
+  BC_CHECK(comm_check(c));
+  if (!path || !*path) return BC_FAIL(BC_ERR_INVALID_ARG, "path is NULL or empty");
+  // The name BC_TOPO_FILE matches lines against: gethostname's.
+  constexpr int kHostLen = 256;
+  char mine[kHostLen] = "";
+  gethostname(mine, kHostLen - 1);
+  std::vector<char> all(static_cast<size_t>(kHostLen) * static_cast<size_t>(c->size));
+  BC_MPI_CHECK(MPI_Allgather(mine, kHostLen, MPI_CHAR, all.data(), kHostLen, MPI_CHAR, c->mpi));
+  Status st = BC_OK;
+  if (c->rank == 0) {
+    std::vector<std::string> hosts;
+    for (int r = 0; r < c->size; ++r) hosts.emplace_back(all.data() + static_cast<size_t>(r) * kHostLen);
+    std::string text;
+    st = topo_to_file(c->topo, hosts, &text);
+    if (st == BC_OK) {
+      std::FILE *f = std::fopen(path, "w");
+      const bool written = f && std::fwrite(text.data(), 1, text.size(), f) == text.size();
+      const bool closed = f && std::fclose(f) == 0;
+      if (!written || !closed)
+        st = BC_FAIL(BC_ERR_INVALID_ARG, "cannot write the topology to %s: %s", path, std::strerror(errno));
+    }
+  }
+  return agree(c->mpi, st, "writing the topology");
 }
 
 }  // namespace bc

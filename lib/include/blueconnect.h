@@ -176,6 +176,16 @@ size_t bc_dtype_size(bc_dtype_t dtype);
 bc_status_t bc_comm_describe(bc_comm_t comm, int64_t count, bc_dtype_t dtype,
                              char *buf, size_t len, size_t *needed);
 
+/* Writes the communicator's levels above the host to `path` in BC_TOPO_FILE
+ * format (one line 'HOSTNAME GROUP [GROUP2 ...]' per host, groups named after
+ * the level and unit: rack0, rack1, ...), so that a later job can load them
+ * with BC_TOPO_FILE=path. Collective over the communicator (it gathers every
+ * rank's host name), with no request in flight; rank 0 writes, and every rank
+ * returns the same status. BC_ERR_TOPOLOGY when a level other than numa or
+ * package splits a host (virtual levels from BC_TOPO, or BC_TOPO_ADDR giving
+ * the ranks of one host different switches): a host file cannot hold it. */
+bc_status_t bc_comm_write_topology(bc_comm_t comm, const char *path);
+
 /* Seconds each hierarchy stage took (its reduce-scatter plus all-gather steps)
  * in this rank's last collective that moved data (count > 0), in stage order.
  * Copies at most `max` values into `seconds` (may be NULL when max is 0) and
