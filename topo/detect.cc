@@ -193,9 +193,12 @@ Status detect(MPI_Comm comm, const ParamSet &params, Topology *out) {
                      r, kAboveText[all[r].above >= 0 && all[r].above <= kAboveAddr ? all[r].above : 0], rank,
                      kAboveText[mine.above]);
     if (all[r].nkeys != mine.nkeys)
-      return BC_FAIL(BC_ERR_TOPOLOGY, "rank %d found %d topology levels, rank %d found %d (from %s: every "
-                     "rank's address needs as many switches)", r, all[r].nkeys, rank, mine.nkeys,
-                     kAboveText[mine.above]);
+      return BC_FAIL(BC_ERR_TOPOLOGY, "rank %d found %d topology levels, rank %d found %d%s%s%s", r,
+                     all[r].nkeys, rank, mine.nkeys,
+                     mine.above == kAboveSlurm || mine.above == kAboveAddr ? " (from " : "",
+                     mine.above == kAboveSlurm || mine.above == kAboveAddr ? kAboveText[mine.above] : "",
+                     mine.above == kAboveSlurm || mine.above == kAboveAddr
+                         ? ": every rank's address needs as many switches)" : "");
   }
 
   Topology t;
