@@ -264,14 +264,21 @@ Status topo_addr_parse(const std::string &addr, const char *addr_var, const std:
     if (words.size() != fields.size())
       return BC_FAIL(BC_ERR_TOPOLOGY, "%s='%s' has %zu field(s) but %s='%s' has %zu; they must match",
                      addr_var, addr.c_str(), fields.size(), pattern_var, pattern->c_str(), words.size());
-    for (size_t i = 0; i < words.size(); ++i) {
-      const char *want = i + 1 == words.size() ? "node" : "switch";
-      if (words[i] != want)
+    // The last field is the node; every field before it names a level above
+    // it, whatever Slurm calls that level ('switch' from topology/tree, 'block'
+    // from topology/block): the address's names group the nodes either way.
+    if (words.back() != "node")
+      return BC_FAIL(BC_ERR_TOPOLOGY,
+                     "%s='%s': the last field is '%s', expected 'node' (BC_TOPO_SCHEDULER=off ignores Slurm's "
+                     "variables)",
+                     pattern_var, pattern->c_str(), words.back().c_str());
+    for (size_t i = 0; i + 1 < words.size(); ++i)
+      if (words[i].empty() || words[i] == "node")
         return BC_FAIL(BC_ERR_TOPOLOGY,
-                       "%s='%s': field %zu is '%s', expected '%s' (only 'switch...switch.node' from Slurm's "
-                       "topology/tree is understood; BC_TOPO_SCHEDULER=off ignores Slurm's variables)",
-                       pattern_var, pattern->c_str(), i + 1, words[i].c_str(), want);
-    }
+                       "%s='%s': field %zu is '%s'; only the last field may be the node, the ones before it name "
+                       "the levels above it (e.g. 'switch.switch.node') (BC_TOPO_SCHEDULER=off ignores Slurm's "
+                       "variables)",
+                       pattern_var, pattern->c_str(), i + 1, words[i].c_str());
   }
   switches->assign(fields.rbegin() + 1, fields.rend());
   return BC_OK;

@@ -46,10 +46,10 @@ const ParamDef kParamDefs[] = {
     {ParamId::TopoScheduler, "BC_TOPO_SCHEDULER", ParamType::Enum, "auto", "auto|off", kParamAnyRange,
      "Levels above the node from the batch scheduler, when neither BC_TOPO nor BC_TOPO_FILE is set. "
      "auto: read Slurm's SLURM_TOPOLOGY_ADDR and SLURM_TOPOLOGY_ADDR_PATTERN when both are set (the "
-     "topology/tree plugin sets them per task, e.g. 's0.s10.node17' and 'switch.switch.node'): the "
-     "innermost switch is the rack level, the next level3, and so on; levels where every unit has "
-     "one child are dropped, so a cluster on one switch gets none. A pattern other than "
-     "'switch...switch.node' is an error. off: ignore Slurm's variables. Every rank must see the same "
+     "topology/tree plugin sets them per task, e.g. 's0.s10.node17' and 'switch.switch.node'; "
+     "topology/block gives 'block.node'): the innermost switch (or block) is the rack level, the next "
+     "level3, and so on; levels where every unit has one child are dropped, so a cluster on one "
+     "switch gets none. A pattern whose last field is not 'node' is an error. off: ignore Slurm's variables. Every rank must see the same "
      "kind of address (all Slurm, all BC_TOPO_ADDR, or none), else communicator creation fails on "
      "every rank with BC_ERR_TOPOLOGY. BC_TOPO_ADDR, when set, is used whatever this says."},
     {ParamId::TopoAddr, "BC_TOPO_ADDR", ParamType::String, "", nullptr, kParamAnyRange,

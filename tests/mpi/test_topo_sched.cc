@@ -265,5 +265,5 @@ TEST_CASE("Slurm's variables on some ranks only: every rank fails clearly", "[.t
 TEST_CASE("a bad Slurm pattern fails on every rank, naming the variables", "[.topo_env_slurm_bad]") {
   REQUIRE(world_size() == 4);
   // Every rank has the bad pattern, so each gives its own message.
-  check_refused("", "SLURM_TOPOLOGY_ADDR_PATTERN='block.node': field 1 is 'block', expected 'switch'");
+  check_refused("", "SLURM_TOPOLOGY_ADDR_PATTERN='node.switch': the last field is 'switch', expected 'node'");
 }

@@ -101,15 +101,16 @@ TEST_CASE("scheduler addresses: bad ones are refused, naming the variables", "[t
   REQUIRE(error().find("SLURM_TOPOLOGY_ADDR='s0.node17' has 2 field(s)") != std::string::npos);
   REQUIRE(error().find("SLURM_TOPOLOGY_ADDR_PATTERN='switch.switch.node' has 3") != std::string::npos);
   REQUIRE(slurm("a.b.c.node17", pat3) == BC_ERR_TOPOLOGY);
-  // Words other than switch...node.
-  const std::string block = "block.node", nodelast = "node.switch", upper = "Switch.node";
-  REQUIRE(slurm("b0.node17", block) == BC_ERR_TOPOLOGY);
-  REQUIRE(error().find("SLURM_TOPOLOGY_ADDR_PATTERN='block.node': field 1 is 'block', expected 'switch'") !=
+  // Any level word before the node ('block' from topology/block); the node last, and only there.
+  const std::string block = "block.node", nodelast = "node.switch", twonodes = "node.node";
+  REQUIRE(slurm("b0.node17", block) == BC_OK);
+  REQUIRE(sw == std::vector<std::string>{"b0"});
+  REQUIRE(slurm("s0.node17", nodelast) == BC_ERR_TOPOLOGY);
+  REQUIRE(error().find("SLURM_TOPOLOGY_ADDR_PATTERN='node.switch': the last field is 'switch', expected 'node'") !=
           std::string::npos);
   REQUIRE(error().find("BC_TOPO_SCHEDULER=off") != std::string::npos);
-  REQUIRE(slurm("s0.node17", nodelast) == BC_ERR_TOPOLOGY);
-  REQUIRE(error().find("field 1 is 'node', expected 'switch'") != std::string::npos);
-  REQUIRE(slurm("s0.node17", upper) == BC_ERR_TOPOLOGY);
+  REQUIRE(slurm("s0.node17", twonodes) == BC_ERR_TOPOLOGY);
+  REQUIRE(error().find("field 1 is 'node'; only the last field may be the node") != std::string::npos);
   // Empty fields, in the address or the pattern.
   REQUIRE(slurm("s0..node17", pat3) == BC_ERR_TOPOLOGY);
   REQUIRE(error().find("field 2 is empty") != std::string::npos);
