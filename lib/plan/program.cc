@@ -188,7 +188,7 @@ struct Builder {
 
   void finish_avg() {
     const int top = static_cast<int>(h.stages.size()) - 1;
-    // With recursive doubling at the top every top owner holds (and divides) its
+    // With the top stage whole (rd or all) every top owner holds (and divides) its
     // whole top range; otherwise each owner divides the block it owns.
     Range mine = top_full && !extra_at_last ? h.range_before(top, rank, count) : h.final_range(rank, count);
     if (mine.count == 0) return;

@@ -7,6 +7,9 @@
 //   BC_DISABLE / bad parameter? ── yes ──> PMPI_ (counted: disabled / init-error)
 //   arguments MPI rejects?      ── yes ──> PMPI_ (MPI raises its own error)
 //   op, datatype, layout, size  ── not served ──> PMPI_ (counted with the reason)
+//   device buffer, (dtype, op) the GPU kernels lack ── yes ──> PMPI_ (device-op-dtype)
+//   MPI_Allreduce, BC_PMPI_ROUTE=learn: MPI faster at this size, or its
+//   probe turn (pmpi_route.h) ── yes ──> PMPI_ (learned)
 //   communicator state (lazy, collective on first use; intercommunicators and
 //   communicators BlueConnect made itself are marked pass-through)
 //   bc_allreduce / bc_reduce_scatter / bc_allgather ── error ──> the
