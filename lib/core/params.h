@@ -34,6 +34,7 @@ enum class ParamId : int {
   ShmMode,      // BC_SHM_MODE
   ShmChunk,     // BC_SHM_CHUNK
   ShmEager,     // BC_SHM_EAGER
+  MpiTagUb,     // BC_MPI_TAG_UB
   UcxWait,      // BC_UCX_WAIT
   UcxRndvThresh,// BC_UCX_RNDV_THRESH
   Chunk,        // BC_CHUNK
