@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "core/blocks.h"
+#include "sim/flows.h"
 
 namespace bcsim {
 
@@ -64,12 +65,11 @@ struct Slot {
   size_t step = 0;
   int pending = 0;
 };
-struct Flow {
-  double remaining = 0;
+struct Msg {  // a matched send and receive
   Post send{}, recv{};
   bool reduce = false;
-  int links[4] = {0, 0, 0, 0};
-  uint8_t nl = 0;
+  int src = 0, dst = 0;
+  double bytes = 0;
 };
 struct Event {
   double t;
@@ -82,7 +82,7 @@ class Engine {
  public:
   Engine(const Network &net, const SimJob &job, SimData *data)
       : net_(net), job_(job), data_(data), p_(net.nranks()), slots_(p_), next_chunk_(p_, 0), cpu_free_(p_, 0),
-        live_slots_(p_, 0) {}
+        live_slots_(p_, 0), flows_(net.capacity()) {}
 
   SimResult run() {
     const int depth = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(job_.depth, job_.nchunks)));
@@ -113,14 +113,11 @@ class Engine {
   int unfinished_ = 0;
   std::unordered_map<Key, Pending, KeyHash> posts_;
   std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events_;
-  std::vector<Flow> flows_;
-  std::vector<int> free_flows_, active_;
-  std::vector<double> rates_;
-  std::vector<int> flow_links_;
-  std::vector<uint8_t> flow_nl_;
+  std::vector<Msg> msgs_;
+  std::vector<int> free_msgs_, msg_of_flow_;
+  Flows flows_;
   std::vector<std::vector<int64_t>> payloads_;
   std::vector<int> free_payloads_;
-  FairShare fair_;
   double now_ = 0;
   SimResult res_;
 
@@ -205,14 +202,15 @@ class Engine {
       return;
     }
     int id;
-    if (!free_flows_.empty()) id = free_flows_.back(), free_flows_.pop_back();
-    else id = static_cast<int>(flows_.size()), flows_.emplace_back();
-    Flow &f = flows_[id];
-    f.remaining = static_cast<double>(snd.x->count) * static_cast<double>(job_.elem);
-    f.send = snd;
-    f.recv = rcv;
-    f.reduce = is_send ? slots_[rcv.rank][rcv.slot].prog->steps[slots_[rcv.rank][rcv.slot].step].reduce : reduce;
-    f.nl = static_cast<uint8_t>(net_.path(k.src, k.dst, f.links));
+    if (!free_msgs_.empty()) id = free_msgs_.back(), free_msgs_.pop_back();
+    else id = static_cast<int>(msgs_.size()), msgs_.emplace_back();
+    Msg &m = msgs_[id];
+    m.bytes = static_cast<double>(snd.x->count) * static_cast<double>(job_.elem);
+    m.send = snd;
+    m.recv = rcv;
+    m.reduce = is_send ? slots_[rcv.rank][rcv.slot].prog->steps[slots_[rcv.rank][rcv.slot].step].reduce : reduce;
+    m.src = k.src;
+    m.dst = k.dst;
     ++res_.messages;
     events_.push(Event{now_ + net_.latency(k.src, k.dst), kFlowStart, id, 0});
   }
@@ -242,8 +240,8 @@ class Engine {
   }
 
   void flow_done(int id) {
-    const Flow f = flows_[id];
-    free_flows_.push_back(id);
+    const Msg f = msgs_[id];
+    free_msgs_.push_back(id);
     if (data_) {
       auto &w = data_->work[f.recv.rank];
       const auto &msg = payloads_[f.send.payload];
@@ -255,52 +253,33 @@ class Engine {
       if (--slots_[side->rank][side->slot].pending == 0) step_complete(side->rank, side->slot);
   }
 
-  void solve() {
-    ++res_.rate_solves;
-    flow_links_.resize(active_.size() * 4);
-    flow_nl_.resize(active_.size());
-    for (size_t i = 0; i < active_.size(); ++i) {
-      const Flow &f = flows_[active_[i]];
-      flow_nl_[i] = f.nl;
-      for (int k = 0; k < f.nl; ++k) flow_links_[i * 4 + k] = f.links[k];
-    }
-    fair_.solve(net_.capacity(), flow_links_, flow_nl_, std::numeric_limits<double>::infinity(), &rates_);
-  }
-
   void loop() {
     const double inf = std::numeric_limits<double>::infinity();
-    std::vector<int> done, keep;
+    std::vector<int> ended;
+    int links[4];
     while (res_.error.empty()) {
-      double t = events_.empty() ? inf : events_.top().t;
-      for (size_t i = 0; i < active_.size(); ++i)
-        if (rates_[i] > 0) t = std::min(t, now_ + flows_[active_[i]].remaining / rates_[i]);
-      if (t == inf) return;
-      const double dt = t - now_;
+      const double t = std::min(events_.empty() ? inf : events_.top().t, flows_.next_end());
+      if (t == inf) break;
       now_ = t;
       const double eps = 1e-12 * std::max(now_, 1e-9);
-      done.clear();
-      keep.clear();
-      for (size_t i = 0; i < active_.size(); ++i) {
-        Flow &f = flows_[active_[i]];
-        f.remaining -= rates_[i] * dt;
-        if (f.remaining <= std::max(1e-6, rates_[i] * eps)) done.push_back(active_[i]);
-        else keep.push_back(active_[i]);
-      }
-      bool changed = !done.empty();
-      active_.swap(keep);
-      for (int id : done) flow_done(id);
+      flows_.take_ended(now_, eps, &ended);
+      for (int fid : ended) flow_done(msg_of_flow_[fid]);
       while (!events_.empty() && events_.top().t <= now_ + eps && res_.error.empty()) {
         const Event e = events_.top();
         events_.pop();
         if (e.kind == kFlowStart) {
-          active_.push_back(e.a);
-          changed = true;
+          const Msg &m = msgs_[e.a];
+          const int nl = net_.path(m.src, m.dst, links);
+          const int fid = flows_.start(links, nl, m.bytes, now_);
+          if (fid >= static_cast<int>(msg_of_flow_.size())) msg_of_flow_.resize(fid + 1);
+          msg_of_flow_[fid] = e.a;
         } else {
           step_done(e.a, e.b);
         }
       }
-      if (changed) solve();
+      flows_.settle(now_);
     }
+    res_.rate_solves = flows_.solves();
   }
 
   void check_end() {
