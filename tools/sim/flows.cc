@@ -103,6 +103,18 @@ void Flows::settle(double now) {
     ++f.version;
     if (f.rate > 0) ends_.push(End{now + std::max(0.0, f.rem) / f.rate, {comp_[i], f.version}});
   }
+  // Stale entries pile up (every re-solve pushes the component again): when
+  // they outnumber the live ones 4 to 1, rebuild the heap from the live flows.
+  if (ends_.size() > 4 * active_ + 1024) {
+    std::vector<End> live;
+    live.reserve(active_);
+    for (size_t id = 0; id < f_.size(); ++id) {
+      const F &f = f_[id];
+      if (f.live && f.rate > 0)
+        live.push_back(End{f.t + std::max(0.0, f.rem) / f.rate, {static_cast<int>(id), f.version}});
+    }
+    ends_ = std::priority_queue<End, std::vector<End>, std::greater<End>>(std::greater<End>(), std::move(live));
+  }
 }
 
 }  // namespace bcsim
