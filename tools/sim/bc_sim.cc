@@ -40,16 +40,19 @@ const char kUsage[] =
     "  --plans LIST       of bc,split,han,ring,rhd (default all): bc = the cost model's choice per size;\n"
     "                     split = BlueConnect's stages in one piece; han = reduce to node leaders, ring among\n"
     "                     them, back down; ring / rhd = flat over all ranks\n"
+    "  --plan SETTINGS    also run this plan, as a row named 'rule': BC_PLAN's settings, e.g.\n"
+    "                     shape=split,algo=rhd/ring,top=rd,chunk=1M,depth=2 (docs/PLANS.md)\n"
     "  --max-chunk B      the largest chunk the cost model may choose (default 1M)\n"
+    "  --max-whole B      the largest buffer the cost model may run in one piece (default 256K)\n"
     "  --max-steps N      skip a plan whose ranks have more steps than this in all (default 20000000)\n"
     "  --csv | --json     machine-readable output instead of the table\n"
     "  --describe         print the cluster, the cost model and the hierarchy first\n";
 
 struct Options {
-  std::string topo, plans = "bc,split,han,ring,rhd", format = "table";
+  std::string topo, plans = "bc,split,han,ring,rhd", format = "table", rule;
   int np = 0, rack = 0, factor = 4;
   NetParams net;
-  int64_t min_size = 4 << 10, max_size = 64 << 20, max_chunk = 1 << 20, max_steps = 20000000;
+  int64_t min_size = 4 << 10, max_size = 64 << 20, max_chunk = 1 << 20, max_whole = 256 << 10, max_steps = 20000000;
   size_t elem = 4;
   std::string dtype = "f32";
   bool describe = false, scale = false;
@@ -105,7 +108,9 @@ bool parse_args(int argc, char **argv, Options *o) {
         return bad("--size", v);
     } else if (a == "--dtype") { if (!dtype_size(v, &o->elem)) return bad("--dtype", v); o->dtype = v; }
     else if (a == "--plans") o->plans = v;
+    else if (a == "--plan") o->rule = v;
     else if (a == "--max-chunk") { if (!bc::parse_bytes(v, &o->max_chunk) || o->max_chunk < 1) return bad("--max-chunk", v); }
+    else if (a == "--max-whole") { if (!bc::parse_bytes(v, &o->max_whole)) return bad("--max-whole", v); }
     else if (a == "--max-steps") { if (!bc::parse_bytes(v, &o->max_steps)) return bad("--max-steps", v); }
     else if (a == "--scale-ranks") o->scale_ranks = v;
     else if (a == "--scale-topo") o->scale_topo = v;
@@ -144,6 +149,15 @@ int main(int argc, char **argv) {
     return 2;
   }
   c.model.max_chunk = o.max_chunk;
+  c.model.max_whole = o.max_whole;
+  std::vector<bc::PlanRule> rule;
+  if (!o.rule.empty()) {
+    if (bc::plan_rules_parse("-:" + o.rule, &rule) != BC_OK) {
+      std::fprintf(stderr, "bc_sim: --plan: %s\n", bc::last_error());
+      return 2;
+    }
+    o.plans += ",rule";
+  }
   const int p = c.topo.nranks;
   const Network &net = *c.network;
   std::printf("# bc_sim: %d ranks, --topo %s: %d node(s) of up to %d rank(s), %d rack(s); intra %.4g GB/s %.3g us, "
@@ -168,7 +182,7 @@ int main(int argc, char **argv) {
   for (int64_t size = o.min_size; size <= o.max_size; size *= o.factor) {
     const int64_t count = size / static_cast<int64_t>(o.elem);
     const int64_t bytes = count * static_cast<int64_t>(o.elem);
-    for (const PlanRun &run : plans_for(c, bytes, split_list(o.plans))) {
+    for (const PlanRun &run : plans_for(c, bytes, split_list(o.plans), &rule)) {
       SimJob job;
       std::string why;
       const auto t0 = std::chrono::steady_clock::now();

@@ -102,7 +102,8 @@ bc::CostModel cluster_model(const Cluster &c) {
   return m;
 }
 
-std::vector<PlanRun> plans_for(const Cluster &c, int64_t bytes, const std::vector<std::string> &names) {
+std::vector<PlanRun> plans_for(const Cluster &c, int64_t bytes, const std::vector<std::string> &names,
+                               const std::vector<bc::PlanRule> *rule) {
   std::vector<PlanRun> out;
   for (const std::string &name : names) {
     PlanRun r;
@@ -117,6 +118,10 @@ std::vector<PlanRun> plans_for(const Cluster &c, int64_t bytes, const std::vecto
       r.choice.shape = Hierarchy::Shape::Flat;
       r.choice.algo = name == "ring" ? Algo::Ring : Algo::Rhd;
       r.h = &c.flat;
+    } else if (name == "rule" && rule) {
+      r.choice = bc::plan_choose(*rule, bytes, PlanChoice());
+      r.h = r.choice.shape == Hierarchy::Shape::Leader ? &c.leader
+            : r.choice.shape == Hierarchy::Shape::Flat ? &c.flat : &c.split;
     } else if (name == "han") {
       r.choice.shape = Hierarchy::Shape::Leader;
       r.choice.algo = Algo::Ring;
@@ -155,8 +160,6 @@ bool job_build(const Cluster &c, const PlanRun &run, int64_t count, size_t elem,
       }
       steps += static_cast<int64_t>(prog.steps.size());
       if (r == 0 && k == 0) j.stage_algos = prog.stage_algos;
-      // Rank 0's program, times p, says early whether the whole job fits.
-      if (r == 0 && k == 0 && static_cast<int64_t>(prog.steps.size()) * p > max_steps) steps = max_steps + 1;
       if (steps > max_steps) {
         *why = "over --max-steps (" + std::to_string(max_steps) + " steps of all ranks)";
         return false;

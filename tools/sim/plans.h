@@ -49,7 +49,10 @@ struct PlanRun {
   const bc::Hierarchy *h = nullptr;
   std::string note;  // why it was skipped, or a description
 };
-std::vector<PlanRun> plans_for(const Cluster &c, int64_t bytes, const std::vector<std::string> &names);
+// names: of bc, split, han, ring, rhd; "rule" runs `rule` (BC_PLAN's settings,
+// e.g. "shape=split,algo=ring,chunk=1M,depth=2"; parsed by plan_rules_parse).
+std::vector<PlanRun> plans_for(const Cluster &c, int64_t bytes, const std::vector<std::string> &names,
+                               const std::vector<bc::PlanRule> *rule = nullptr);
 
 // Builds every rank's Program for `run` on `count` elements. false (and
 // *why) when a build fails or the programs would exceed max_steps steps in all.
