@@ -36,6 +36,13 @@ enum Above : int32_t { kAboveNone = 0, kAboveFile, kAboveSlurm, kAboveAddr };
 const char *const kAboveText[] = {"no address (BC_TOPO_ADDR and SLURM_TOPOLOGY_ADDR unset)", "BC_TOPO_FILE",
                                   "Slurm's SLURM_TOPOLOGY_ADDR", "BC_TOPO_ADDR"};
 
+// The settings every rank must share (hashed into the allgather's record) and
+// that key the process's layout cache (which adds the per-rank addresses).
+std::string shared_settings(const ParamSet &params) {
+  return params.get_str(ParamId::Topo) + "|" + params.get_str(ParamId::TopoFile) + "|" +
+         params.get_str(ParamId::TopoIntra) + "|" + params.get_str(ParamId::TopoScheduler);
+}
+
 // The package or NUMA node that this process is bound inside; -1 when its
 // binding spans several (e.g. --bind-to none).
 Status hwloc_key(const std::string &kind, int64_t *key) {
@@ -157,8 +164,7 @@ Status detect(MPI_Comm comm, const ParamSet &params, Topology *out) {
 
   TopoRecord mine;
   std::memset(&mine, 0, sizeof mine);
-  mine.settings_hash = fnv1a(spec + "|" + params.get_str(ParamId::TopoFile) + "|" +
-                             params.get_str(ParamId::TopoIntra) + "|" + params.get_str(ParamId::TopoScheduler));
+  mine.settings_hash = fnv1a(shared_settings(params));
   std::vector<int64_t> keys;
   std::vector<std::string> names;
   Above above = kAboveNone;
@@ -266,8 +272,7 @@ Status topo_detect(MPI_Comm comm, const ParamSet &params, Topology *out) {
   // This rank's addresses too: the same settings with another address are another layout.
   const char *slurm_addr = std::getenv("SLURM_TOPOLOGY_ADDR");
   const char *slurm_pattern = std::getenv("SLURM_TOPOLOGY_ADDR_PATTERN");
-  const std::string settings = params.get_str(ParamId::Topo) + "|" + params.get_str(ParamId::TopoFile) + "|" +
-                               params.get_str(ParamId::TopoIntra) + "|" + params.get_str(ParamId::TopoScheduler) +
+  const std::string settings = shared_settings(params) +
                                "|" + params.get_str(ParamId::TopoAddr) + "|" + (slurm_addr ? slurm_addr : "-") +
                                "|" + (slurm_pattern ? slurm_pattern : "-");
   std::vector<int> members;
