@@ -102,6 +102,16 @@ struct Stat {
     ++n;
   }
   double mean() const { return n ? sum / n : 0; }
+  // Another round's calls into this one (--repeats).
+  void merge(const Stat &o) {
+    if (o.n == 0) return;
+    min = n ? std::min(min, o.min) : o.min;
+    max = std::max(max, o.max);
+    sum += o.sum;
+    n += o.n;
+    wrong += o.wrong;
+    for (int s = 0; s < kMaxStages; ++s) stage_sum[s] += o.stage_sum[s];
+  }
 };
 
 // One size, reduced over the ranks (valid on rank 0).
@@ -111,6 +121,7 @@ struct Row {
   double avg[2] = {0, 0}, min[2] = {0, 0}, max[2] = {0, 0};
   int64_t wrong[2] = {0, 0};
   std::vector<double> stages;
+  std::vector<double> rounds[2];  // --repeats: each round's time per call (us, slowest rank)
   double predicted_us = -1;  // --plan: the cost model's prediction (-1: model off)
   std::string plan;          // --plan: the choice, BC_PLAN-style
 };
@@ -264,11 +275,29 @@ class Bench {
     if (!set_up(bytes)) return false;
     Stat st[2];
     row->warmup = o_.warmup >= 0 ? o_.warmup : auto_warmup(bytes) + (o_.via_mpi ? preload_probe_calls(bytes) : 0);
-    const bool ok = o_.mode == Mode::Interleave ? run_interleaved(row->warmup, st)
-                                                : measure(kBC, row->warmup, &st[kBC]) &&
-                                                      (!o_.compare_mpi || measure(kMPI, row->warmup, &st[kMPI]));
-    if (!ok) return false;
-    summarize(bytes, st, row);
+    std::vector<double> mine[2];  // back-to-back and app: this rank's time per call in each round
+    if (o_.mode == Mode::Interleave) {
+      if (!run_interleaved(row->warmup, st)) return false;
+    } else if (!run_rounds(row->warmup, st, mine)) {
+      return false;
+    }
+    summarize(bytes, st, mine, row);
+    return true;
+  }
+
+  // Back-to-back and app: o_.repeats rounds of one loop per library, the
+  // first library alternating (BlueConnect first in round 1, as with one
+  // round), so that neither always runs on the other's leftovers.
+  bool run_rounds(int warmup, Stat *st, std::vector<double> *mine) {
+    const int nimpl = o_.compare_mpi ? 2 : 1;
+    for (int r = 0; r < o_.repeats; ++r)
+      for (int j = 0; j < nimpl; ++j) {
+        const int k = (r % 2 == 0) ? j : nimpl - 1 - j;
+        Stat round;
+        if (!measure(k, warmup, &round)) return false;
+        mine[k].push_back(round.mean());
+        st[k].merge(round);
+      }
     return true;
   }
 
@@ -424,8 +453,10 @@ class Bench {
   }
 
   // Reduces over the ranks into *row (rank 0): latencies and stage times by
-  // max, wrong counts by sum.
-  void summarize(int64_t bytes, const Stat *st, Row *row) {
+  // max, wrong counts by sum. With rounds (back-to-back, app), avg is the
+  // median over the rounds of each round's slowest rank: with one round, the
+  // slowest rank's mean, as without rounds.
+  void summarize(int64_t bytes, const Stat *st, const std::vector<double> *mine, Row *row) {
     std::vector<double> loc = {st[0].mean(), st[0].min, st[0].max, st[1].mean(), st[1].min, st[1].max};
     for (int s = 0; s < nstages_; ++s) loc.push_back(div0(st[kBC].stage_sum[s], static_cast<double>(st[kBC].n)));
     std::vector<double> glob(loc.size());
@@ -442,6 +473,17 @@ class Bench {
       row->wrong[k] = wg[k];
     }
     for (int s = 0; s < nstages_; ++s) row->stages.push_back(glob[6 + s] * 1e6);
+    for (int k = 0; k < 2; ++k) {
+      if (mine[k].empty()) continue;
+      std::vector<double> slowest(mine[k].size());
+      MPI_Reduce(mine[k].data(), slowest.data(), static_cast<int>(slowest.size()), MPI_DOUBLE, MPI_MAX, 0,
+                 MPI_COMM_WORLD);
+      for (double &v : slowest) v *= 1e6;
+      row->rounds[k] = slowest;
+      std::sort(slowest.begin(), slowest.end());
+      const size_t m = slowest.size();
+      row->avg[k] = m % 2 ? slowest[m / 2] : 0.5 * (slowest[m / 2 - 1] + slowest[m / 2]);
+    }
     if (o_.plan) {
       char text[256] = "";
       double predicted = -1;
@@ -555,8 +597,14 @@ class Bench {
     auto impl = [&](int k) {
       const double algbw = div0(r.count * 1e-3 * elem_, r.avg[k]);
       std::fprintf(f, "{\"avg_us\":%.3f,\"min_us\":%.3f,\"max_us\":%.3f,\"algbw_GBps\":%.6f,\"busbw_GBps\":%.6f,"
-                   "\"wrong\":%s,\"iters\":%d}", r.avg[k], r.min[k], r.max[k], algbw, algbw * busbw_factor_,
+                   "\"wrong\":%s,\"iters\":%d", r.avg[k], r.min[k], r.max[k], algbw, algbw * busbw_factor_,
                    o_.check ? std::to_string(r.wrong[k]).c_str() : "null", r.iters[k]);
+      if (o_.repeats > 1) {
+        std::fprintf(f, ",\"rounds_us\":[");
+        for (size_t i = 0; i < r.rounds[k].size(); ++i) std::fprintf(f, "%s%.3f", i ? "," : "", r.rounds[k][i]);
+        std::fprintf(f, "]");
+      }
+      std::fprintf(f, "}");
     };
     std::fprintf(f, "{\"coll\":\"%s\",\"dtype\":\"%s\",\"op\":\"%s\",\"inplace\":%s,\"nranks\":%d,"
                  "\"size\":%lld,\"count\":%lld,\"bytes\":%lld,\"warmup\":%d,\"iters\":%d,\"mode\":\"%s\","
@@ -619,6 +667,10 @@ void Bench::print_timing(const char *mpi_name) const {
                   " PMPI_Allreduce that also\n#   carries whether to stop)\n");
       break;
   }
+  if (o_.repeats > 1)
+    std::printf("# repeats: %d rounds per size, each with one timed loop %s; avg = the median over the rounds"
+                " of each round's\n#   slowest-rank time per call (the JSON's rounds_us); min and max over every"
+                " call\n", o_.repeats, o_.compare_mpi ? "of each library, which goes first alternating" : "");
   if (!o_.compare_mpi) return;
   char ver[MPI_MAX_LIBRARY_VERSION_STRING];
   int vlen = 0;
@@ -628,7 +680,8 @@ void Bench::print_timing(const char *mpi_name) const {
     std::printf("# compare: %s of %s on the same buffers, alternating with BlueConnect (each goes first on every "
                 "other iteration), same iteration counts\n", mpi_name, ver);
   else
-    std::printf("# compare: %s of %s on the same buffers, in its own loop after BlueConnect's\n", mpi_name, ver);
+    std::printf("# compare: %s of %s on the same buffers, in its own loop %s\n", mpi_name, ver,
+                o_.repeats > 1 ? "(BlueConnect's first in odd rounds)" : "after BlueConnect's");
 }
 
 void Bench::print_header() const {

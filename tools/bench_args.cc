@@ -192,6 +192,10 @@ bool parse_args(int argc, char **argv, Options *opt, std::string *err) {
       if (!parse_int(val, 0, &opt->app_us) || opt->app_us > kMaxAppUs)
         return bad("expected microseconds, an integer from 0 to " + std::to_string(kMaxAppUs));
       if (!choose_mode("--app", Mode::App)) return false;
+    } else if (arg == "-r" || arg == "--repeats") {
+      if (!value("a count of rounds")) return false;
+      if (!parse_int(val, 1, &opt->repeats) || opt->repeats > kMaxRepeats)
+        return bad("expected rounds per size, an integer from 1 to " + std::to_string(kMaxRepeats));
     } else if (arg == "--via") {
       if (!value("mpi")) return false;
       if (val != "mpi") return bad("only 'mpi' is supported");
@@ -225,6 +229,10 @@ bool parse_args(int argc, char **argv, Options *opt, std::string *err) {
   }
   if (reduces && (opt->op == BC_BAND || opt->op == BC_BOR || opt->op == BC_BXOR) && is_float_dtype(opt->dtype)) {
     *err = "--op " + std::string(bc_op_name(opt->op)) + " needs an integer dtype, not " + bc_dtype_name(opt->dtype);
+    return false;
+  }
+  if (opt->repeats > 1 && opt->mode == Mode::Interleave) {
+    *err = "--repeats with --interleave: interleaving alternates the libraries call by call already";
     return false;
   }
   if (opt->via_mpi && opt->stages) {
@@ -280,6 +288,10 @@ const char *usage_text() {
       "                    0.2 s, at least 3 and at most 200, from the time per call of the\n"
       "                    warm-up (the slowest rank's), fixed before the timed loop;\n"
       "                    --interleave: until the timed calls add up to 0.2 s\n"
+      "  -r, --repeats R   rounds per size (back-to-back and --app; default 1): each round\n"
+      "                    times one loop of each library, which goes first alternating;\n"
+      "                    avg is the median of the rounds' times per call (slowest rank),\n"
+      "                    min and max over every call of every round\n"
       "  -x, --warmup N    untimed calls first (default 5 up to 1M, 2 above)\n"
       "  -c, --check       exact-data check: fills the #wrong column, exits 1 when any result\n"
       "                    is wrong. Back-to-back: after each timed loop, the results of its\n"

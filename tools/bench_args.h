@@ -37,6 +37,10 @@ struct Options {
   bool compare_mpi = false;
   Mode mode = Mode::BackToBack;
   int app_us = 0;  // --app: microseconds of compute before each call
+  // Back-to-back and --app: rounds per size, each with one timed loop of each
+  // library (which goes first alternates); the reported time is the median
+  // of the rounds' times, so that one disturbed loop does not decide.
+  int repeats = 1;
   bool via_mpi = false;  // BlueConnect through MPI_Allreduce (the PMPI preload); MPI through PMPI_*
   bool stages = false;
   bool plan = false;
@@ -55,6 +59,7 @@ inline int auto_warmup(int64_t bytes) { return bytes <= kWarmupBigBytes ? 5 : 2;
 // Back-to-back and app modes fix the count before the timed loop, from the
 // probed time of one call: enough calls for kAutoSeconds, within the bounds.
 int auto_iters(double seconds_per_call);
+constexpr int kMaxRepeats = 99;
 constexpr int kMaxAppUs = 10000000;  // --app: 10 s per step at most (more is a typo)
 
 // Fills *opt; on a bad argument returns false with a one-line reason in *err.

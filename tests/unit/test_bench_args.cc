@@ -77,3 +77,22 @@ TEST_CASE("bc_bench --help mentions every timing mode", "[bench_args]") {
   CHECK(u.find("--interleave") != std::string::npos);
   CHECK(u.find("--app USEC") != std::string::npos);
 }
+
+TEST_CASE("bc_bench --repeats: rounds per size, not with --interleave", "[bench_args]") {
+  Options opt;
+  std::string err;
+  CHECK(opt.repeats == 1);
+  REQUIRE(parse({"--compare", "mpi", "-r", "5"}, &opt, &err));
+  CHECK(opt.repeats == 5);
+  Options app;
+  REQUIRE(parse({"--app", "100", "--repeats", "3"}, &app, &err));
+  CHECK(app.repeats == 3);
+  for (const char *bad : {"0", "-1", "100", "x"}) {
+    Options o;
+    CHECK_FALSE(parse({"--repeats", bad}, &o, &err));
+    CHECK(err.find("rounds per size") != std::string::npos);
+  }
+  Options il;
+  CHECK_FALSE(parse({"--interleave", "-r", "3"}, &il, &err));
+  CHECK(err.find("--repeats with --interleave") != std::string::npos);
+}
