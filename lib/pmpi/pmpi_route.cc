@@ -14,8 +14,12 @@ double median(const double *v, int n) {
   return a[n / 2];
 }
 
-// Where in bucket b's probe sequence its call `k` falls.
-Path probe_path(int b, int k) { return k < SizeRoute::probes(b) / 2 ? Path::Bc : Path::Mpi; }
+// Where in bucket b's probe sequence its call `k` falls: BlueConnect's half
+// first in round 0, MPI's first in round 1.
+Path probe_path(int b, int k, int round) {
+  const bool first_half = k < SizeRoute::probes(b) / 2;
+  return first_half == (round == 0) ? Path::Bc : Path::Mpi;
+}
 bool probe_timed(int b, int k) { return k % (SizeRoute::probes(b) / 2) >= SizeRoute::kWarmup; }
 
 }  // namespace
@@ -33,9 +37,14 @@ Path SizeRoute::next(int64_t bytes, bool *timed) {
   const int i = bucket_of(bytes);
   Bucket &b = buckets_[i];
   *timed = false;
+  if (b.decided && b.close && b.round == 0 && ++b.since > kRecheckAfter) {
+    b.decided = false;  // the second look at a close call
+    b.round = 1;
+    b.calls = 0;
+  }
   Path p = b.path;
   if (!b.decided) {
-    p = probe_path(i, b.calls);
+    p = probe_path(i, b.calls, b.round);
     *timed = probe_timed(i, b.calls);
     if (!*timed) ++b.calls;  // a warm-up call counts now; a timed one when it is recorded
   }
@@ -46,14 +55,26 @@ Path SizeRoute::next(int64_t bytes, bool *timed) {
 void SizeRoute::record(int64_t bytes, Path path, double seconds, const Agree &agree) {
   const int i = bucket_of(bytes);
   Bucket &b = buckets_[i];
-  if (b.decided || probe_path(i, b.calls) != path || !probe_timed(i, b.calls)) return;  // not the probe asked for
+  if (b.decided || probe_path(i, b.calls, b.round) != path || !probe_timed(i, b.calls))
+    return;  // not the probe asked for
   const int slot = b.calls % (probes(i) / 2) - kWarmup;
   (path == Path::Bc ? b.bc : b.mpi)[slot] = seconds;
   if (++b.calls < probes(i)) return;
   const int n = timed_per_library(i);
   double bc = median(b.bc, n), mpi = median(b.mpi, n);
   b.decided = true;
-  if (!agree(&bc, &mpi)) return;  // stays with BlueConnect
+  b.close = false;
+  if (!agree(&bc, &mpi)) {  // stays with BlueConnect, for good
+    b.path = Path::Bc;
+    b.bc_median = b.mpi_median = 0;
+    return;
+  }
+  if (b.round == 1) {
+    bc = std::min(bc, b.bc_median);
+    mpi = std::min(mpi, b.mpi_median);
+  } else {
+    b.close = std::max(bc, mpi) < kRecheckRatio * std::min(bc, mpi);
+  }
   b.bc_median = bc;
   b.mpi_median = mpi;
   b.path = mpi < bc ? Path::Mpi : Path::Bc;
@@ -76,12 +97,14 @@ std::string SizeRoute::describe() const {
     int n = std::snprintf(line, sizeof line, "bytes %lld-%lld: blueconnect %llu, mpi %llu; ", lo, hi,
                           static_cast<unsigned long long>(b.served[0]), static_cast<unsigned long long>(b.served[1]));
     if (!b.decided)
-      std::snprintf(line + n, sizeof line - n, "learning (%d of %d probes)", b.calls, probes(i));
+      std::snprintf(line + n, sizeof line - n, "learning (%d of %d probes%s)", b.calls, probes(i),
+                    b.round ? ", second look" : "");
     else if (b.bc_median == 0 && b.mpi_median == 0)
       std::snprintf(line + n, sizeof line - n, "blueconnect (the agreement failed)");
     else
-      std::snprintf(line + n, sizeof line - n, "%s (slowest rank's median: blueconnect %.1f us, mpi %.1f us)",
-                    b.path == Path::Bc ? "blueconnect" : "mpi", b.bc_median * 1e6, b.mpi_median * 1e6);
+      std::snprintf(line + n, sizeof line - n, "%s (slowest rank's median%s: blueconnect %.1f us, mpi %.1f us)%s",
+                    b.path == Path::Bc ? "blueconnect" : "mpi", b.round ? ", lower of two looks" : "",
+                    b.bc_median * 1e6, b.mpi_median * 1e6, b.close ? "; close: a second look follows" : "");
     out += line;
     out += '\n';
   }

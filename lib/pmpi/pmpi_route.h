@@ -19,10 +19,22 @@
 // on a time, so the probes line up on every rank.
 // After the last probe every rank contributes its medians to one small
 // PMPI_Allreduce (MAX) on the communicator, so every rank sees the same
-// numbers and takes the same route from then on (MPI requires every rank to
-// call the collectives of a communicator in the same order with the same
-// count, so the buckets advance alike on all ranks). BlueConnect keeps a
-// bucket unless MPI was faster. The learner itself is plain data: `agree`
+// numbers and takes the same route (MPI requires every rank to call the
+// collectives of a communicator in the same order with the same count, so
+// the buckets advance alike on all ranks). BlueConnect keeps a bucket unless
+// MPI was faster.
+//
+// A decision by less than kRecheckRatio is looked at twice: the bucket's
+// first kRecheckAfter calls after it follow it, then the probes run once more
+// with MPI first, and each library's lower median of the two looks decides
+// for good. Why: the library probed first pays the first touches of new
+// buffers and of its own scratch; at np 4 on 2 cores one look sent 2 MiB to
+// MPI (medians 2.49 against 2.40 ms) and another 1 MiB (1.75 against
+// 1.03 ms) where BlueConnect's loops take 1.0 and 0.6 ms, MPI's 1.2 and
+// 0.7 ms. Noise only ever adds time, so the lower median is the better
+// estimate. The cost, once per bucket of a program that makes more than
+// kRecheckAfter calls of it: at most kTimedSmall + 1 calls of the slower
+// library, each under kRecheckRatio times the faster's. The learner itself is plain data: `agree`
 // is injected, so a unit test drives it without MPI.
 #pragma once
 
@@ -42,6 +54,8 @@ class SizeRoute {
   static constexpr int kTimedSmall = 9;     // timed calls per library below kLargeBytes (the median counts)
   static constexpr int kTimedLarge = 3;     // and from kLargeBytes up
   static constexpr int64_t kLargeBytes = 1 << 20;
+  static constexpr double kRecheckRatio = 2.0;  // a decision by less than this factor: a second look
+  static constexpr int kRecheckAfter = 32;  // calls of the bucket between the two rounds
   // Calls of a bucket that are probes.
   static int probes(int bucket) { return 2 * (kWarmup + timed_per_library(bucket)); }
   static int timed_per_library(int bucket) { return (int64_t{1} << bucket) >= kLargeBytes ? kTimedLarge : kTimedSmall; }
@@ -67,12 +81,15 @@ class SizeRoute {
 
  private:
   struct Bucket {
-    int calls = 0;  // probes so far (stops at probes(bucket))
+    int calls = 0;  // probes of this round so far (stops at probes(bucket))
+    int round = 0;  // 0: BlueConnect probed first; 1: the second look, MPI first
+    int since = 0;  // calls since a close decision of round 0, toward kRecheckAfter
+    bool close = false;  // round 0's medians were within kRecheckRatio: look again
     bool decided = false;
     Path path = Path::Bc;
     double bc[kTimedSmall] = {};
     double mpi[kTimedSmall] = {};
-    double bc_median = 0, mpi_median = 0;  // agreed (slowest rank's), once decided
+    double bc_median = 0, mpi_median = 0;  // agreed (slowest rank's), once decided; the lower of two rounds
     uint64_t served[2] = {0, 0};            // calls by path, probes included
   };
   Bucket buckets_[kBuckets];

@@ -94,3 +94,49 @@ TEST_CASE("SizeRoute: medians ignore one outlier; a failed agreement keeps BlueC
   CHECK_FALSE(timed);  // still the untimed first probe
   CHECK_THAT(learning.describe(), Catch::Matchers::Contains("learning (1 of 20 probes)"));
 }
+
+TEST_CASE("SizeRoute: a close call gets a second look with MPI first; the lower medians decide", "[pmpi]") {
+  const int64_t bytes = 2 << 20;
+  const int b = SizeRoute::bucket_of(bytes);
+  SizeRoute r;
+  // Round 0: BlueConnect's probes pay first touches (2.49 ms), MPI 2.40 ms: MPI, but close.
+  std::vector<Path> first = probe(&r, bytes, 2.49e-3, 2.40e-3, as_is());
+  CHECK(first.front() == Path::Bc);
+  CHECK_THAT(r.describe(), Catch::Matchers::Contains("close: a second look follows"));
+  bool timed = true;
+  for (int k = 0; k < SizeRoute::kRecheckAfter; ++k) {
+    CHECK(r.next(bytes, &timed) == Path::Mpi);
+    CHECK_FALSE(timed);
+  }
+  // Round 1: MPI first this time, and BlueConnect at its loop's 1.0 ms.
+  std::vector<Path> second = probe(&r, bytes, 1.0e-3, 1.2e-3, as_is());
+  std::vector<Path> want(SizeRoute::probes(b) / 2, Path::Mpi);
+  want.resize(SizeRoute::probes(b), Path::Bc);
+  CHECK(second == want);
+  CHECK(r.next(bytes, &timed) == Path::Bc);
+  CHECK_FALSE(timed);
+  const std::string d = r.describe();
+  CHECK_THAT(d, Catch::Matchers::Contains("blueconnect (slowest rank's median, lower of two looks: blueconnect 1000.0 us, mpi 1200.0 us)"));
+  // Decided for good: no third look, however many calls follow.
+  for (int k = 0; k < 3 * SizeRoute::kRecheckAfter; ++k) {
+    CHECK(r.next(bytes, &timed) == Path::Bc);
+    CHECK_FALSE(timed);
+  }
+  // The lower medians: a second look that is slower for both keeps the first's numbers.
+  SizeRoute s;
+  probe(&s, bytes, 1.1e-3, 1.0e-3, as_is());
+  for (int k = 0; k < SizeRoute::kRecheckAfter; ++k) s.next(bytes, &timed);
+  probe(&s, bytes, 5e-3, 5e-3, as_is());
+  CHECK(s.next(bytes, &timed) == Path::Mpi);
+}
+
+TEST_CASE("SizeRoute: a clear call is not looked at again", "[pmpi]") {
+  SizeRoute r;
+  probe(&r, 1 << 20, 3e-3, 1e-3, as_is());  // MPI three times as fast
+  CHECK_THAT(r.describe(), !Catch::Matchers::Contains("second look"));
+  bool timed = true;
+  for (int k = 0; k < 4 * SizeRoute::kRecheckAfter; ++k) {
+    CHECK(r.next(1 << 20, &timed) == Path::Mpi);
+    CHECK_FALSE(timed);
+  }
+}
