@@ -766,7 +766,7 @@ void finalize_now() { teardown(); }
 // sees the route as a long-running program does.
 extern "C" __attribute__((visibility("default"))) int bc_pmpi_probe_calls(long long bytes) {
   if (g_state.load(std::memory_order_acquire) != kReady || !g_route_learn || bytes <= 0) return 0;
-  return SizeRoute::probes(SizeRoute::bucket_of(bytes));
+  return SizeRoute::learning_calls(SizeRoute::bucket_of(bytes));
 }
 
 }  // namespace pmpi

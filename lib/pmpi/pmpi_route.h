@@ -58,6 +58,8 @@ class SizeRoute {
   static constexpr int kRecheckAfter = 32;  // calls of the bucket between the two rounds
   // Calls of a bucket that are probes.
   static int probes(int bucket) { return 2 * (kWarmup + timed_per_library(bucket)); }
+  // Calls of a bucket before its route is final at the latest (a second look included).
+  static int learning_calls(int bucket) { return 2 * probes(bucket) + kRecheckAfter; }
   static int timed_per_library(int bucket) { return (int64_t{1} << bucket) >= kLargeBytes ? kTimedLarge : kTimedSmall; }
 
   // Replaces two local medians (seconds) by the largest over the ranks, on
