@@ -1,5 +1,5 @@
 // Discovery of a rack level above the nodes by measurement (BC_TOPO_DISCOVER;
-// README.md, "Discovered racks"). Collective.
+// docs/TOPOLOGY.md). Collective.
 //
 // detect.cc calls it when no BC_TOPO, BC_TOPO_FILE or scheduler address gives
 // the levels above the node and there are at least 3 nodes. The node leaders
