@@ -16,20 +16,17 @@ namespace {
 
 // Each round: a barrier so that every pair's flows run at once, a warm-up
 // exchange that opens TCP's window and drains a link shaper's burst, then the
-// timed exchange right after it. 512 KiB takes 17 ms at 250 Mbit/s, 84 ms at
+// timed exchange right after it. 384 KiB takes 13 ms at 250 Mbit/s, 63 ms at
 // 50 Mbit/s (two nodes sharing a 100 Mbit/s trunk): long enough that a few
 // milliseconds of scheduling noise on a busy host stay small beside it.
 constexpr int kWarmBytes = 128 * 1024;
-constexpr int kTimedBytes = 512 * 1024;
-// Passes over all rounds; each flow keeps its best. One: the two directions
-// of a pair already give two samples (rack_clusters.h), and a second pass
-// doubles the cost.
-constexpr int kPasses = 1;
+constexpr int kTimedBytes = 384 * 1024;
 // Pairs below this fraction of the best pair are slow, with no call within
 // kMargin of it. Measured on the simulated clusters (docs/TOPOLOGY.md) on a
-// busy 2-core host: pairs inside a rack 63-100 % of the best, pairs across a
-// 100 Mbit/s trunk under 250 Mbit/s node links 12-45 %.
-constexpr double kSlowRatio = 0.5;
+// busy 2-core host: pairs inside a rack 63-100 % of the best; pairs sharing a
+// 100 Mbit/s trunk under 250 Mbit/s node links 12-35 %, a pair alone on it
+// 35-42 %.
+constexpr double kSlowRatio = 0.55;
 constexpr double kMargin = 0.05;
 constexpr char kKind[] = "racks";
 constexpr int kGroupTag = 0x6463;  // MPI_Comm_create_group's tag: "dc"
@@ -38,39 +35,52 @@ double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-// Sends and receives `bytes` with `peer` at once; *recv_done: when the
-// receive completed.
-Status exchange(MPI_Comm lc, int peer, std::vector<char> *sbuf, std::vector<char> *rbuf, int bytes,
-                double *recv_done) {
-  MPI_Request req[2];
-  BC_MPI_CHECK(MPI_Irecv(rbuf->data(), bytes, MPI_BYTE, peer, 7, lc, &req[0]));
-  BC_MPI_CHECK(MPI_Isend(sbuf->data(), bytes, MPI_BYTE, peer, 7, lc, &req[1]));
-  BC_MPI_CHECK(MPI_Wait(&req[0], MPI_STATUS_IGNORE));
-  *recv_done = now_s();
-  BC_MPI_CHECK(MPI_Wait(&req[1], MPI_STATUS_IGNORE));
+// One round's transfer with `peer`, both ways at once: the warm-up, then the
+// timed message. Both receives are posted first (messages of one sender and
+// tag match in order); the timed send starts as soon as the warm-up's send
+// is done, whatever the other direction does, so a late flow one way does
+// not hold the other back. *warm_done and *timed_done: when the two
+// messages from `peer` had arrived here.
+Status transfer(MPI_Comm lc, int peer, std::vector<char> *sbuf, std::vector<char> *rbuf, double *warm_done,
+                double *timed_done) {
+  MPI_Request req[4];  // receive warm-up, receive timed, send warm-up, send timed
+  BC_MPI_CHECK(MPI_Irecv(rbuf->data(), kWarmBytes, MPI_BYTE, peer, 7, lc, &req[0]));
+  BC_MPI_CHECK(MPI_Irecv(rbuf->data(), kTimedBytes, MPI_BYTE, peer, 7, lc, &req[1]));
+  BC_MPI_CHECK(MPI_Isend(sbuf->data(), kWarmBytes, MPI_BYTE, peer, 7, lc, &req[2]));
+  req[3] = MPI_REQUEST_NULL;
+  bool posted = false;
+  int left = 4;
+  while (left > 0) {
+    int idx = MPI_UNDEFINED;
+    BC_MPI_CHECK(MPI_Waitany(4, req, &idx, MPI_STATUS_IGNORE));
+    if (idx == MPI_UNDEFINED) break;
+    --left;
+    if (idx == 0) *warm_done = now_s();
+    if (idx == 1) *timed_done = now_s();
+    if (idx == 2 && !posted) {
+      BC_MPI_CHECK(MPI_Isend(sbuf->data(), kTimedBytes, MPI_BYTE, peer, 7, lc, &req[3]));
+      posted = true;
+    }
+  }
   return BC_OK;
 }
 
-// This leader's received rate (bytes/s) in each round, the better of
-// kPasses passes over all rounds; 0 where it idled.
+// This leader's received rate (bytes/s) in each round; 0 where it idled.
 Status measure(MPI_Comm lc, int i, int n, std::vector<double> *rates) {
   const std::vector<int> rounds = discover_rounds(n);
   std::vector<char> sbuf(kTimedBytes, 1), rbuf(kTimedBytes);
   rates->assign(rounds.size(), 0.0);
-  for (int pass = 0; pass < kPasses; ++pass) {
-    for (size_t r = 0; r < rounds.size(); ++r) {
-      const int peer = discover_partner(i, rounds[r], n);
-      BC_MPI_CHECK(MPI_Barrier(lc));
-      if (peer < 0) continue;
-      // The timed message follows the warm-up at once, and its time runs
-      // from the warm-up's arrival to its own: the link stays busy, so the
-      // shaper's bucket stays empty (an idle millisecond refills 31 KB of
-      // burst at 250 Mbit/s), and data the sender had queued early counts.
-      double warm = 0, timed = 0;
-      BC_CHECK(exchange(lc, peer, &sbuf, &rbuf, kWarmBytes, &warm));
-      BC_CHECK(exchange(lc, peer, &sbuf, &rbuf, kTimedBytes, &timed));
-      if (timed > warm) (*rates)[r] = std::max((*rates)[r], kTimedBytes / (timed - warm));
-    }
+  for (size_t r = 0; r < rounds.size(); ++r) {
+    const int peer = discover_partner(i, rounds[r], n);
+    BC_MPI_CHECK(MPI_Barrier(lc));
+    if (peer < 0) continue;
+    // The timed message follows the warm-up at once, and its time runs
+    // from the warm-up's arrival to its own: the link stays busy, so the
+    // shaper's bucket stays empty (an idle millisecond refills 31 KB of
+    // burst at 250 Mbit/s), and data the sender had queued early counts.
+    double warm = 0, timed = 0;
+    BC_CHECK(transfer(lc, peer, &sbuf, &rbuf, &warm, &timed));
+    if (timed > warm) (*rates)[r] = kTimedBytes / (timed - warm);
   }
   return BC_OK;
 }
@@ -133,6 +143,31 @@ Status bcast_sleepy(std::vector<int> *msg, MPI_Comm comm) {
   }
 }
 
+// One pass over all rounds: measure, gather the rates at leader 0, classify
+// there (*c and *ev on leader 0 only). A leader whose measurement failed
+// sends zeros, which classify as "not measured".
+Status one_pass(MPI_Comm lc, int i, int n, RackClusters *c, std::string *ev) {
+  std::vector<double> mine, all;
+  const bool ok = measure(lc, i, n, &mine) == BC_OK;
+  if (!ok) clear_error();
+  const int nr = static_cast<int>(discover_rounds(n).size());
+  mine.resize(static_cast<size_t>(nr), 0.0);
+  if (!ok) std::fill(mine.begin(), mine.end(), 0.0);
+  all.resize(static_cast<size_t>(n) * nr);
+  BC_MPI_CHECK(MPI_Gather(mine.data(), nr, MPI_DOUBLE, all.data(), nr, MPI_DOUBLE, 0, lc));
+  if (i != 0) return BC_OK;
+  std::vector<Flow> flows;
+  const std::vector<int> rounds = discover_rounds(n);
+  for (int j = 0; j < n; ++j)
+    for (int r = 0; r < nr; ++r) {
+      const int p = discover_partner(j, rounds[r], n);
+      if (p >= 0) flows.push_back({r, p, j, all[static_cast<size_t>(j) * nr + r]});
+    }
+  *c = rack_clusters(n, flows, kSlowRatio, kMargin);
+  *ev = evidence(n, all);
+  return BC_OK;
+}
+
 }  // namespace
 
 Status discover_racks(MPI_Comm comm, const ParamSet &params, const std::vector<int64_t> &node_of,
@@ -180,32 +215,43 @@ Status discover_racks(MPI_Comm comm, const ParamSet &params, const std::vector<i
       BC_MPI_CHECK(rc);
     }
     if (leader) {
+      // Passes until two agree (the same racks, or both none), at most 3:
+      // a stall of the host during one round (all of its flows at 15 Mbit/s
+      // once, under load 12) must not become a level, nor hide one.
       int i = 0;
-      std::vector<double> mine, all;
-      Status st = MPI_Comm_rank(lc, &i) == MPI_SUCCESS ? BC_OK : BC_ERR_MPI;
+      BC_MPI_CHECK(MPI_Comm_rank(lc, &i));
       const double tm = now_s();
-      if (st == BC_OK) st = measure(lc, i, n, &mine);
-      const double measure_ms = (now_s() - tm) * 1e3;
-      const int nr = static_cast<int>(discover_rounds(n).size());
-      mine.resize(static_cast<size_t>(nr), 0.0);
-      if (st != BC_OK) std::fill(mine.begin(), mine.end(), 0.0);  // classified as not measured
-      all.resize(static_cast<size_t>(n) * nr);
-      const int rc = MPI_Gather(mine.data(), nr, MPI_DOUBLE, all.data(), nr, MPI_DOUBLE, 0, lc);
-      MPI_Comm_free(&lc);
-      BC_MPI_CHECK(rc);
-      if (rank == 0) {
-        std::vector<Flow> flows;
-        const std::vector<int> rounds = discover_rounds(n);
-        for (int j = 0; j < n; ++j)
-          for (int r = 0; r < nr; ++r) {
-            const int p = discover_partner(j, rounds[r], n);
-            if (p >= 0) flows.push_back({r, p, j, all[static_cast<size_t>(j) * nr + r]});
+      RackClusters c;
+      std::string ev;
+      std::vector<std::vector<int>> outcomes;
+      Status st = BC_OK;
+      for (int pass = 0, more = 1; pass < 3 && more && st == BC_OK; ++pass) {
+        RackClusters p;
+        std::string e;
+        st = one_pass(lc, i, n, &p, &e);
+        ev += (pass ? "; pass " + std::to_string(pass + 1) + " " : "") + e;
+        if (i == 0) {
+          // A pass's outcome: its racks, or none.
+          const std::vector<int> outcome = p.found ? p.rack_of : std::vector<int>();
+          bool agreed = false;
+          for (const auto &o : outcomes) agreed = agreed || o == outcome;
+          outcomes.push_back(outcome);
+          more = agreed || pass == 2 ? 0 : 1;
+          c = p;
+          if (!agreed && pass == 2) {
+            c.found = false;
+            c.why = "no two of 3 passes agree (the last: " + (p.found ? std::string("racks") : p.why) + ")";
           }
-        const RackClusters c = rack_clusters(n, flows, kSlowRatio, kMargin);
-        const std::string ev = evidence(n, all);
+        }
+        if (st == BC_OK && pass < 2) st = MPI_Bcast(&more, 1, MPI_INT, 0, lc) == MPI_SUCCESS ? BC_OK : BC_ERR_MPI;
+      }
+      const double measure_ms = (now_s() - tm) * 1e3;
+      MPI_Comm_free(&lc);
+      BC_CHECK(st);
+      if (rank == 0) {
         BC_INFO(Topo, "discovery over %d nodes in %.0f ms (measuring %.0f): %s: %s; rates %s", n,
-                (now_s() - t0) * 1e3, measure_ms,
-                c.found ? "rack level found" : "no rack level", c.why.c_str(), ev.c_str());
+                (now_s() - t0) * 1e3, measure_ms, c.found ? "rack level found" : "no rack level", c.why.c_str(),
+                ev.c_str());
         msg[0] = 2;
         msg[1] = c.found ? 1 : 0;
         if (c.found) std::copy(c.rack_of.begin(), c.rack_of.end(), msg.begin() + 2);

@@ -48,6 +48,6 @@ struct RackClusters {
 // (else they might be one rack never measured as such); no pair lies in the
 // uncertain band within `margin` (relative) of the threshold. Deterministic:
 // every leader computes the same.
-RackClusters rack_clusters(int n, const std::vector<Flow> &flows, double slow_ratio = 0.5, double margin = 0.05);
+RackClusters rack_clusters(int n, const std::vector<Flow> &flows, double slow_ratio = 0.55, double margin = 0.05);
 
 }  // namespace bc

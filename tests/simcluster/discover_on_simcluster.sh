@@ -44,8 +44,10 @@ if [ "$layout" = oversub ]; then
   also=("$dir/also.txt")
 fi
 mkdir -m 0700 "$dir/cache"
-forward=()
-for v in BC_TRANSPORT BC_DEBUG; do [ -n "${!v:-}" ] && forward+=(-x "$v"); done
+# BC_DEBUG=TOPO by default: rank 0 logs each discovery's decision, reason and
+# rates, the evidence when a creation finds other levels.
+forward=(-x "BC_DEBUG=${BC_DEBUG:-TOPO}")
+[ -n "${BC_TRANSPORT:-}" ] && forward+=(-x BC_TRANSPORT)
 "$sc" run --mca pml ob1 --mca btl_tcp_links 2 -x BC_CACHE_DIR="$dir/cache" "${forward[@]}" \
   -np 8 "$prog" "$dir/expected.txt" "$creations" "${also[@]}"
 rc=$?

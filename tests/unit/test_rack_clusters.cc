@@ -98,10 +98,11 @@ TEST_CASE("oversubscribed trunk as fast as a node link: seen through contention"
     REQUIRE(c.found);
     REQUIRE(c.rack_of == racks);
   }
-  // Racks of 2 share it two ways: half rate, inside the uncertain band around
-  // the threshold: no level rather than a guess; with noise the right level
-  // or none, never another.
-  REQUIRE_FALSE(rack_clusters(4, simulate({0, 0, 1, 1}, 31e6, 31e6)).found);
+  // Racks of 2 share it two ways: half rate, just below the threshold: the
+  // racks. With noise the right level or none, never another.
+  const RackClusters half = rack_clusters(4, simulate({0, 0, 1, 1}, 31e6, 31e6));
+  REQUIRE(half.found);
+  REQUIRE(half.rack_of == std::vector<int>({0, 0, 1, 1}));
   for (unsigned seed = 1; seed <= 20; ++seed) {
     const RackClusters c = rack_clusters(4, simulate({0, 0, 1, 1}, 31e6, 31e6, 0.05, seed));
     INFO(c.why);
@@ -139,7 +140,7 @@ TEST_CASE("inconsistent or ambiguous data: no level, and why", "[discover]") {
   REQUIRE(c.why.find("ambiguous") != std::string::npos);
   // A flow near the threshold is not called either way.
   f = simulate({0, 0, 1, 1}, 31e6, 12.5e6);
-  f[0].rate = f[1].rate = 0.5 * 31e6;  // the pair 0-1, both directions
+  f[0].rate = f[1].rate = 0.55 * 31e6;  // the pair 0-1, both directions
   c = rack_clusters(4, f);
   REQUIRE_FALSE(c.found);
   REQUIRE(c.why.find("too close") != std::string::npos);
