@@ -67,6 +67,16 @@ class Transport {
   virtual Status idle_wait(int timeout_ms) { (void)timeout_ms; return BC_OK; }
 };
 
+// The tag every transport carries whole: bits 0-19 are the program's (stage
+// and phase << 12 | step, lib/plan/program.cc), bits 20-30 the chunk's
+// sequence number (lib/sched/executor.cc), so that back-to-back operations and
+// the chunks of one pipeline never match each other's messages. 31 bits: a
+// positive int, as MPI tags are.
+constexpr int kProgramTagBits = 20;
+constexpr int kSeqTagBits = 11;
+constexpr uint32_t kSeqTagMask = (1u << kSeqTagBits) - 1;
+constexpr int kTagBits = kProgramTagBits + kSeqTagBits;
+
 // The largest tag MPI allows, for transports that send over MPI. MPI_TAG_UB
 // is attached to MPI_COMM_WORLD and holds for every communicator, but Open MPI
 // 4.1 has no value on a communicator from MPI_Comm_split (nor on its
@@ -79,6 +89,14 @@ inline int mpi_tag_ub() {
   if (MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag) != MPI_SUCCESS || !flag || !ub) return 32767;
   return *ub;
 }
+
+// For a transport that sends over MPI: BC_ERR_NOT_SUPPORTED unless MPI's tags
+// hold kTagBits (MPI_TAG_UB, or BC_MPI_TAG_UB when smaller). The same on every
+// rank (the bound is MPI_COMM_WORLD's), so the transport is refused everywhere
+// at once; under BC_TRANSPORT=auto the next one is tried. Folding the tags
+// into a smaller bound would let operations in flight, and with a bound below
+// 2^20 the stages of one program, match each other's messages.
+Status mpi_tags_fit(const char *transport, const ParamSet &params);
 
 // The table of transports, in order of preference for a peer.
 struct TransportKind {

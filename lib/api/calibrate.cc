@@ -10,7 +10,7 @@
 // ranks fit the same agreed numbers, all of them choose the same plans.
 //
 // Then the small-buffer end: every one-piece plan the model can choose (split
-// or leader shape, top stage rd or split, with the algorithms the stage fits
+// or leader shape, top stage rd, all or split, with the algorithms the stage fits
 // pick) is timed whole at 4 KiB and 64 KiB, and those two points give the plan
 // fits that predict buffers up to 64 KiB. The stage fits alone misjudged that
 // end: timed with every group of a stage busy at once, they priced the leader

@@ -79,7 +79,7 @@ struct bc_comm {
   bc::BufferPool dev_pool{BC_MEM_CUDA};  // device scratch and work buffers, freed at destroy
   bc_memtype_t cur_mem = BC_MEM_HOST;  // of the collective being started
 
-  // Plans by (collective, average?, count, shape, algorithms, top rd?), least recently used first.
+  // Plans by (collective, average?, count, shape, algorithms, top: rd, all or split), least recently used first.
   using PlanKey = std::tuple<int, bool, int64_t, int, uint64_t, int>;
   // Shared: an operation in flight keeps its plans alive if the cache drops them.
   std::list<std::pair<PlanKey, std::shared_ptr<const bc::Program>>> plans;

@@ -11,15 +11,6 @@ namespace bc {
 namespace {
 
 #if BC_HAVE_CUDA
-// Every rank learns whether any rank failed, so that all give up together.
-Status agree(MPI_Comm comm, Status mine) {
-  int local = mine, worst = 0;
-  BC_MPI_CHECK(MPI_Allreduce(&local, &worst, 1, MPI_INT, MPI_MAX, comm));
-  if (worst == BC_OK) return BC_OK;
-  if (mine != BC_OK) return mine;
-  return BC_FAIL(static_cast<Status>(worst), "device transport setup failed on another rank");
-}
-
 Status create_device_transports(bc_comm *c) {
   const TransportSetup setup = transport_setup(c);
   std::unique_ptr<Transport> ipc, staging;
@@ -48,7 +39,7 @@ Status comm_ensure_device(bc_comm *c) {
   if (c->dev_state == bc_comm::DevState::Ready) return BC_OK;
   if (c->dev_state == bc_comm::DevState::Unknown) {
 #if BC_HAVE_CUDA
-    Status st = agree(c->mpi, create_device_transports(c));
+    Status st = agree_status(c->mpi, create_device_transports(c), "device transport setup");
     if (st == BC_OK) {
       c->dev_state = bc_comm::DevState::Ready;
       BC_INFO(Transport, "device buffers: cuda (CUDA IPC) inside the node, staging through pinned host "

@@ -18,16 +18,6 @@
 namespace bc {
 namespace {
 
-// Every rank learns whether any rank failed, so that all fail together rather
-// than some waiting forever in the next collective.
-Status agree(MPI_Comm comm, Status mine, const char *what) {
-  int local = mine, worst = 0;
-  BC_MPI_CHECK(MPI_Allreduce(&local, &worst, 1, MPI_INT, MPI_MAX, comm));
-  if (worst == BC_OK) return BC_OK;
-  if (mine != BC_OK) return mine;
-  return BC_FAIL(static_cast<Status>(worst), "%s failed on another rank", what);
-}
-
 // Whether any rank of `c` has a peer that none of the transports created so far
 // reaches. Collective: all ranks get the same answer, so that all of them go on
 // to create the next transport, or none.
@@ -146,7 +136,7 @@ Status comm_setup(bc_comm *c, double dup_ms) {
   BC_CHECK(algo_parse(c->params.get_str(ParamId::Algo), &c->algo));
   BC_CHECK(plan_rules_parse(c->params.get_str(ParamId::Plan), &c->plan_rules));
   const auto t1 = std::chrono::steady_clock::now();
-  BC_CHECK(agree(c->mpi, select_transports(c), "transport selection"));
+  BC_CHECK(agree_status(c->mpi, select_transports(c), "transport selection"));
   const double transports_ms = ms_since(t1);
   // Its status is the same on every rank already (it fails only where MPI does).
   BC_CHECK(Liveness::create(transport_setup(c), &c->liveness));
@@ -155,9 +145,9 @@ Status comm_setup(bc_comm *c, double dup_ms) {
   const auto t2 = std::chrono::steady_clock::now();
   // On one node the model is off and model_setup is local: no agreement needed.
   if (model_is_local(c)) BC_CHECK(model_setup(c));
-  else BC_CHECK(agree(c->mpi, model_setup(c), "cost model"));
+  else BC_CHECK(agree_status(c->mpi, model_setup(c), "cost model"));
   const double model_ms = ms_since(t2);
-  if (c->params.get_int(ParamId::ProgressThread)) BC_CHECK(agree(c->mpi, progress_setup(c), "BC_PROGRESS_THREAD"));
+  if (c->params.get_int(ParamId::ProgressThread)) BC_CHECK(agree_status(c->mpi, progress_setup(c), "BC_PROGRESS_THREAD"));
   if (c->rank == 0 && log_enabled(LogLevel::Info, LogSys::Init)) {
     std::string names;
     for (auto &t : c->transports) names += std::string(names.empty() ? "" : ",") + t->name();
@@ -262,7 +252,7 @@ Status comm_write_topology(bc_comm *c, const char *path) {
         st = BC_FAIL(BC_ERR_INVALID_ARG, "cannot write the topology to %s: %s", path, std::strerror(errno));
     }
   }
-  return agree(c->mpi, st, "writing the topology");
+  return agree_status(c->mpi, st, "writing the topology");
 }
 
 }  // namespace bc

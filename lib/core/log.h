@@ -11,6 +11,8 @@
 
 #include <cstdint>
 
+#include "blueconnect.h"  // BC_API
+
 namespace bc {
 
 enum class LogLevel : int { None = 0, Error, Warn, Info, Debug, Trace };
@@ -19,8 +21,9 @@ enum class LogSys : int { Init = 0, Topo, Plan, Sched, Transport, Api, Pmpi, Cou
 // Parses BC_DEBUG's value; returns false with *err set on a bad token.
 bool log_configure(const char *spec, const char *file_pattern, bool quiet_default,
                    const char **bad_token);
-bool log_enabled(LogLevel level, LogSys sys);
-void log_write(LogLevel level, LogSys sys, const char *file, int line, const char *fmt, ...)
+// Exported (BC_API): BC_LOG expands to these in the preload too.
+BC_API bool log_enabled(LogLevel level, LogSys sys);
+BC_API void log_write(LogLevel level, LogSys sys, const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
 void log_set_rank(int world_rank);
 

@@ -109,6 +109,11 @@ const ParamDef kParamDefs[] = {
      "completes at once (no system call, no wait for the receiver); larger ones take the cma or "
      "copy path. 0 turns it off. Rounded up to 64 bytes; the segment reserves 8 such areas per "
      "pair of ranks, so the maximum bounds it (pages are only allocated once used)."},
+    {ParamId::MpiTagUb, "BC_MPI_TAG_UB", ParamType::Int, "0", nullptr, {0, 2147483647, nullptr},
+     "For tests: the transports that send over MPI (mpi, cuda) take this as MPI_TAG_UB when it is "
+     "smaller than MPI's own (0: MPI's). BlueConnect's tags need 31 bits (program tag and chunk "
+     "sequence number, transports/transport.h); such a transport refuses to start below that "
+     "rather than fold tags, so this shows what a job on Open MPI's pml ucx (MPI_TAG_UB 2^23-1) gets."},
     {ParamId::UcxWait, "BC_UCX_WAIT", ParamType::Enum, "yield", "yield|event", kParamAnyRange,
      "UCX transport, when a wait finds nothing to do: yield the core (sched_yield), or sleep on "
      "the worker's event fd (ucp_worker_arm) until the network wakes it."},

@@ -1,7 +1,9 @@
 // The one registry of BC_* parameters.
 //
 // Every knob the library has is a row of kParamDefs (params.cc) with its type,
-// default and documentation; nothing else reads the environment. The process
+// default and documentation; no other BC_* variable is read anywhere (the
+// environment is read elsewhere only for other software's variables: Slurm's
+// topology address, UCX_TLS and UCX_RNDV_THRESH, XDG_CACHE_HOME and HOME). The process
 // values are read once, in bc_init (ParamSet::from_environment). A
 // communicator may override them (bc_comm_create_with), with the same parsers.
 #pragma once
@@ -33,6 +35,7 @@ enum class ParamId : int {
   ShmMode,      // BC_SHM_MODE
   ShmChunk,     // BC_SHM_CHUNK
   ShmEager,     // BC_SHM_EAGER
+  MpiTagUb,     // BC_MPI_TAG_UB
   UcxWait,      // BC_UCX_WAIT
   UcxRndvThresh,// BC_UCX_RNDV_THRESH
   Chunk,        // BC_CHUNK

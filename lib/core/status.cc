@@ -44,4 +44,12 @@ std::string last_error_body(Status code) {
   return g_error.compare(0, head.size(), head) == 0 ? g_error.substr(head.size()) : g_error;
 }
 
+Status agree_status(MPI_Comm comm, Status mine, const char *what) {
+  int local = mine, worst = 0;
+  BC_MPI_CHECK(MPI_Allreduce(&local, &worst, 1, MPI_INT, MPI_MAX, comm));
+  if (worst == BC_OK) return BC_OK;
+  if (mine != BC_OK) return mine;
+  return BC_FAIL(static_cast<Status>(worst), "%s failed on another rank", what);
+}
+
 }  // namespace bc

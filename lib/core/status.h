@@ -25,6 +25,12 @@ const char *last_error();
 // with BC_FAIL(code, "%s", ...) (which adds the head back).
 std::string last_error_body(Status code);
 
+// Collective over `comm`: every rank learns the worst status of any rank, so
+// that all fail together rather than some waiting forever in the next
+// collective. A rank that failed keeps its own message; the others get
+// "WHAT failed on another rank".
+Status agree_status(MPI_Comm comm, Status mine, const char *what);
+
 }  // namespace bc
 
 #define BC_FAIL(code, ...) ::bc::fail((code), __FILE__, __LINE__, __VA_ARGS__)

@@ -30,6 +30,13 @@
 extern "C" {
 #endif
 
+/* What libblueconnect.so exports: the library is built with hidden
+ * visibility, so only declarations marked BC_API (these, and the preload's
+ * door in blueconnect_preload.h, which is not installed) are visible. */
+#ifndef BC_API
+#define BC_API __attribute__((visibility("default")))
+#endif
+
 #define BC_VERSION_MAJOR 0
 #define BC_VERSION_MINOR 1
 #define BC_VERSION_PATCH 0
@@ -106,33 +113,33 @@ typedef struct bc_request *bc_request_t;
 /* Library lifecycle. bc_init reads every BC_* parameter once; an invalid value
  * fails here with BC_ERR_PARAM. MPI must be initialised first. Calls nest:
  * each bc_init needs one bc_finalize. */
-bc_status_t bc_init(void);
-bc_status_t bc_finalize(void);
+BC_API bc_status_t bc_init(void);
+BC_API bc_status_t bc_finalize(void);
 
 /* Communicators. Collective over `comm`. The library duplicates `comm`, so
  * its traffic never mixes with the caller's. */
-bc_status_t bc_comm_create(MPI_Comm comm, bc_comm_t *out);
+BC_API bc_status_t bc_comm_create(MPI_Comm comm, bc_comm_t *out);
 /* As bc_comm_create, with per-communicator parameter overrides:
  * "BC_TOPO=2x2;BC_TRANSPORT=mpi". Keys are the BC_* parameter names. NULL or
  * "" means none. Every rank must pass the same string. */
-bc_status_t bc_comm_create_with(MPI_Comm comm, const char *options, bc_comm_t *out);
+BC_API bc_status_t bc_comm_create_with(MPI_Comm comm, const char *options, bc_comm_t *out);
 /* Collective. Sets *comm to NULL. */
-bc_status_t bc_comm_destroy(bc_comm_t *comm);
-bc_status_t bc_comm_rank(bc_comm_t comm, int *rank);
-bc_status_t bc_comm_size(bc_comm_t comm, int *size);
+BC_API bc_status_t bc_comm_destroy(bc_comm_t *comm);
+BC_API bc_status_t bc_comm_rank(bc_comm_t comm, int *rank);
+BC_API bc_status_t bc_comm_size(bc_comm_t comm, int *size);
 
 /* Collectives. Counts are in elements; a negative count is an error. */
-bc_status_t bc_allreduce(const void *sendbuf, void *recvbuf, int64_t count,
+BC_API bc_status_t bc_allreduce(const void *sendbuf, void *recvbuf, int64_t count,
                          bc_dtype_t dtype, bc_op_t op, bc_comm_t comm);
 /* Equal blocks: the input has p * recvcount elements, rank r receives block r. */
-bc_status_t bc_reduce_scatter(const void *sendbuf, void *recvbuf, int64_t recvcount,
+BC_API bc_status_t bc_reduce_scatter(const void *sendbuf, void *recvbuf, int64_t recvcount,
                               bc_dtype_t dtype, bc_op_t op, bc_comm_t comm);
 /* Each rank gives `count` elements; recvbuf gets p * count, in rank order. */
-bc_status_t bc_allgather(const void *sendbuf, void *recvbuf, int64_t count,
+BC_API bc_status_t bc_allgather(const void *sendbuf, void *recvbuf, int64_t count,
                          bc_dtype_t dtype, bc_comm_t comm);
 
 /* The same, with the memory type of the buffers declared. */
-bc_status_t bc_allreduce_mem(const void *sendbuf, void *recvbuf, int64_t count,
+BC_API bc_status_t bc_allreduce_mem(const void *sendbuf, void *recvbuf, int64_t count,
                              bc_dtype_t dtype, bc_op_t op, bc_memtype_t mem,
                              bc_comm_t comm);
 
@@ -147,7 +154,7 @@ bc_status_t bc_allreduce_mem(const void *sendbuf, void *recvbuf, int64_t count,
  * With BC_CHECK_ARGS=1 the ranks' argument agreement is the request's first
  * phase: this call returns at once, and a mismatch or refused argument is
  * returned by bc_test/bc_wait on every rank (docs/FAILURES.md). */
-bc_status_t bc_iallreduce(const void *sendbuf, void *recvbuf, int64_t count,
+BC_API bc_status_t bc_iallreduce(const void *sendbuf, void *recvbuf, int64_t count,
                           bc_dtype_t dtype, bc_op_t op, bc_comm_t comm,
                           bc_request_t *request);
 /* *done becomes 1 when the operation has completed; the request is then freed
@@ -155,25 +162,25 @@ bc_status_t bc_iallreduce(const void *sendbuf, void *recvbuf, int64_t count,
  * bc_test only looks at the request (it never blocks and moves no data); a
  * failure found by the thread is returned here (or by bc_wait), with its
  * message in bc_last_error(). bc_wait then sleeps until the thread is done. */
-bc_status_t bc_test(bc_request_t *request, int *done);
+BC_API bc_status_t bc_test(bc_request_t *request, int *done);
 /* Waits for completion (at most BC_TIMEOUT without progress; a peer that
  * died fails it with BC_ERR_PEER_DEAD within about a second), frees the
  * request and sets *request to NULL. */
-bc_status_t bc_wait(bc_request_t *request);
+BC_API bc_status_t bc_wait(bc_request_t *request);
 
 /* Errors and names. The strings are static or thread-local; never free them. */
-const char *bc_strerror(bc_status_t status);
+BC_API const char *bc_strerror(bc_status_t status);
 /* The last error on this thread, with its trail; "" when none. */
-const char *bc_last_error(void);
-const char *bc_dtype_name(bc_dtype_t dtype);
-const char *bc_op_name(bc_op_t op);
+BC_API const char *bc_last_error(void);
+BC_API const char *bc_dtype_name(bc_dtype_t dtype);
+BC_API const char *bc_op_name(bc_op_t op);
 /* Bytes per element, 0 for an unknown dtype. */
-size_t bc_dtype_size(bc_dtype_t dtype);
+BC_API size_t bc_dtype_size(bc_dtype_t dtype);
 
 /* A printable description of the communicator's topology and of the plan it
  * uses for `count` elements of `dtype`. Writes at most `len` bytes including
  * the terminating NUL into `buf`; *needed gets the full length + 1. */
-bc_status_t bc_comm_describe(bc_comm_t comm, int64_t count, bc_dtype_t dtype,
+BC_API bc_status_t bc_comm_describe(bc_comm_t comm, int64_t count, bc_dtype_t dtype,
                              char *buf, size_t len, size_t *needed);
 
 /* Writes the communicator's levels above the host to `path` in BC_TOPO_FILE
@@ -184,25 +191,25 @@ bc_status_t bc_comm_describe(bc_comm_t comm, int64_t count, bc_dtype_t dtype,
  * returns the same status. BC_ERR_TOPOLOGY when a level other than numa or
  * package splits a host (virtual levels from BC_TOPO, or BC_TOPO_ADDR giving
  * the ranks of one host different switches): a host file cannot hold it. */
-bc_status_t bc_comm_write_topology(bc_comm_t comm, const char *path);
+BC_API bc_status_t bc_comm_write_topology(bc_comm_t comm, const char *path);
 
 /* Seconds each hierarchy stage took (its reduce-scatter plus all-gather steps)
  * in this rank's last collective that moved data (count > 0), in stage order.
  * Copies at most `max` values into `seconds` (may be NULL when max is 0) and
  * sets *nstages to the number of stages: 0 before the first such collective and
  * when the plan has no stages (one rank). For bc_bench --stages. */
-bc_status_t bc_comm_stage_times(bc_comm_t comm, double *seconds, int max, int *nstages);
+BC_API bc_status_t bc_comm_stage_times(bc_comm_t comm, double *seconds, int max, int *nstages);
 
 /* The plan the communicator chooses for an all-reduce of `bytes` bytes, as
  * BC_PLAN-style settings ("shape=split,algo=rhd/ring,top=split,chunk=1048576,
  * depth=4"), and the cost model's predicted seconds (-1 when the model is off:
  * BC_MODEL). Writes at most `len` bytes including the NUL into `plan` (may be
  * NULL when len is 0). For bc_bench --plan and bc_info --plan. */
-bc_status_t bc_comm_plan_for(bc_comm_t comm, int64_t bytes, char *plan, size_t len,
+BC_API bc_status_t bc_comm_plan_for(bc_comm_t comm, int64_t bytes, char *plan, size_t len,
                              double *predicted_seconds);
 
 /* Prints every BC_* parameter with its value, default and documentation. */
-bc_status_t bc_print_params(FILE *out);
+BC_API bc_status_t bc_print_params(FILE *out);
 
 #ifdef __cplusplus
 }

@@ -188,7 +188,7 @@ struct Builder {
 
   void finish_avg() {
     const int top = static_cast<int>(h.stages.size()) - 1;
-    // With recursive doubling at the top every top owner holds (and divides) its
+    // With the top stage whole (rd or all) every top owner holds (and divides) its
     // whole top range; otherwise each owner divides the block it owns.
     Range mine = top_full && !extra_at_last ? h.range_before(top, rank, count) : h.final_range(rank, count);
     if (mine.count == 0) return;
@@ -241,11 +241,18 @@ Status build_program(const Hierarchy &h, int rank, CollKind kind, int64_t count,
   Builder b{h, rank, count, algo, &prog};
   b.stage_algos = stage_algos;
   b.top = kind == CollKind::Allreduce ? top : Top::Split;
+  // Every rank's ranges, for the redistribution steps of reduce_scatter and
+  // allgather only: O(p) per rank, which an all-reduce (all p ranks building
+  // theirs: O(p^2)) does not pay.
   const int p = h.nranks;
-  std::vector<Range> owned(p), rank_order(p);
-  for (int r = 0; r < p; ++r) {
-    owned[r] = h.final_range(r, count);
-    rank_order[r] = Range{r * (count / p), count / p};
+  std::vector<Range> owned, rank_order;
+  if (kind != CollKind::Allreduce) {
+    owned.resize(p);
+    rank_order.resize(p);
+    for (int r = 0; r < p; ++r) {
+      owned[r] = h.final_range(r, count);
+      rank_order[r] = Range{r * (count / p), count / p};
+    }
   }
   if (kind == CollKind::Allgather) b.redistribute(rank_order, owned);
   if (kind != CollKind::Allgather) BC_CHECK(b.reduce_scatter_phase());

@@ -7,6 +7,9 @@
 //   BC_DISABLE / bad parameter? ── yes ──> PMPI_ (counted: disabled / init-error)
 //   arguments MPI rejects?      ── yes ──> PMPI_ (MPI raises its own error)
 //   op, datatype, layout, size  ── not served ──> PMPI_ (counted with the reason)
+//   device buffer, (dtype, op) the GPU kernels lack ── yes ──> PMPI_ (device-op-dtype)
+//   MPI_Allreduce, BC_PMPI_ROUTE=learn: MPI faster at this size, or its
+//   probe turn (pmpi_route.h) ── yes ──> PMPI_ (learned)
 //   communicator state (lazy, collective on first use; intercommunicators and
 //   communicators BlueConnect made itself are marked pass-through)
 //   bc_allreduce / bc_reduce_scatter / bc_allgather ── error ──> the
@@ -31,11 +34,9 @@
 #include <string>
 #include <vector>
 
-#include "api/comm.h"
 #include "pmpi/pmpi_route.h"
-#include "cuda/cuda_rt.h"
-#include "reduce/reduce.h"
 #include "blueconnect.h"
+#include "blueconnect_preload.h"
 #include "core/log.h"
 #include "core/params.h"
 
@@ -387,10 +388,10 @@ int ensure_init() {
   PMPI_Initialized(&up);
   PMPI_Finalized(&down);
   if (!up || down) return kUninit;  // MPI raises its own error for calls outside MPI
-  Status st;
+  bc_status_t st;
   {
     Inside in;
-    st = api_init(true);  // silent unless BC_DEBUG asks
+    st = preload::init(true);  // silent unless BC_DEBUG asks
   }
   if (st != BC_OK) {
     // A BC_* variable is invalid: the program still runs, on MPI alone. This
@@ -398,18 +399,17 @@ int ensure_init() {
     int rank = 0;
     PMPI_Comm_rank(MPI_COMM_WORLD, &rank);
     if (rank == 0) {
-      const std::string why = last_error();  // its first line; the trail follows
+      const std::string why = bc_last_error();  // its first line; the trail follows
       std::fprintf(stderr, "BlueConnect: %s\nBlueConnect: interception is off; every call goes to MPI unchanged\n",
                    why.substr(0, why.find('\n')).c_str());
     }
     g_state.store(kFailed, std::memory_order_release);
     return kFailed;
   }
-  const ParamSet &ps = global_params();
-  g_disabled = ps.get_int(ParamId::Disable) != 0;
-  g_min_bytes = ps.get_int(ParamId::PmpiMinBytes);
-  g_route_learn = ps.get_str(ParamId::PmpiRoute) == "learn";
-  g_stats_path = ps.get_str(ParamId::PmpiStats);
+  g_disabled = preload::param_int(ParamId::Disable) != 0;
+  g_min_bytes = preload::param_int(ParamId::PmpiMinBytes);
+  g_route_learn = preload::param_str(ParamId::PmpiRoute) == "learn";
+  g_stats_path = preload::param_str(ParamId::PmpiStats);
   build_type_table();
   if (PMPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, comm_state_delete, &g_comm_keyval, nullptr) !=
           MPI_SUCCESS ||
@@ -417,7 +417,7 @@ int ensure_init() {
       PMPI_Comm_set_attr(MPI_COMM_SELF, g_self_keyval, nullptr) != MPI_SUCCESS) {
     BC_LOG(LogLevel::Error, LogSys::Pmpi, "cannot create attribute keys; interception is off");
     Inside in;
-    api_finalize();
+    preload::finalize();
     g_state.store(kFailed, std::memory_order_release);
     return kFailed;
   }
@@ -511,7 +511,7 @@ void teardown() {
   PMPI_Comm_free_keyval(&g_comm_keyval);
   write_stats();
   Inside in;
-  api_finalize();
+  preload::finalize();
 }
 
 // ---- MPI_Iallreduce: a request that is already complete ----
@@ -577,10 +577,8 @@ Reason reduction_route(int64_t elems, MPI_Datatype dt, MPI_Op op, MPI_Comm comm,
 // Device buffers (detected from recvbuf; a host/device mix is refused by the
 // API with a message): served only when the GPU kernels cover (dtype, op).
 Reason device_route(const void *recvbuf, bc_dtype_t dtype, bc_op_t op) {
-  if (memtype_of(recvbuf) != BC_MEM_CUDA) return kServe;
-  if (reduce_check_cuda(dtype, op) == BC_OK) return kServe;
-  clear_error();
-  return Reason::DeviceOpDtype;
+  if (preload::memtype_of(recvbuf) != BC_MEM_CUDA) return kServe;
+  return preload::device_reduces(dtype, op) ? kServe : Reason::DeviceOpDtype;
 }
 
 }  // namespace

@@ -11,7 +11,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "cuda/cuda_rt.h"
+#include "blueconnect_preload.h"
 #include "pmpi/pmpi.h"
 
 namespace bc {
@@ -29,7 +29,7 @@ bool mpi_cuda_aware() {
 #endif
 }
 
-bool on_device(const void *p) { return p && p != MPI_IN_PLACE && memtype_of(p) == BC_MEM_CUDA; }
+bool on_device(const void *p) { return p && p != MPI_IN_PLACE && preload::memtype_of(p) == BC_MEM_CUDA; }
 
 // The bytes `count` elements of `dt` span from the buffer pointer, and where
 // they start (true lower bound), so derived datatypes stage whole.
@@ -55,12 +55,12 @@ class Staged {
     int rc = span_of(count, dt, &span_);
     if (rc != MPI_SUCCESS) return rc;
     host_.resize(span_.bytes + 1);
-    if (copy_in && span_.bytes && cuda_copy(host_.data(), dev_ + span_.lb, span_.bytes) != BC_OK) return MPI_ERR_BUFFER;
+    if (copy_in && span_.bytes && preload::copy(host_.data(), dev_ + span_.lb, span_.bytes) != BC_OK) return MPI_ERR_BUFFER;
     return MPI_SUCCESS;
   }
   void *base() { return host_.data() - span_.lb; }
   int copy_out() {
-    if (span_.bytes && cuda_copy(dev_ + span_.lb, host_.data(), span_.bytes) != BC_OK) return MPI_ERR_BUFFER;
+    if (span_.bytes && preload::copy(dev_ + span_.lb, host_.data(), span_.bytes) != BC_OK) return MPI_ERR_BUFFER;
     return MPI_SUCCESS;
   }
 

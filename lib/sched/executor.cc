@@ -28,8 +28,8 @@ Execution::Execution(const Program &prog, const ExecContext &ctx, void *work, vo
       input_(static_cast<const unsigned char *>(input)),
       elem_(bc_dtype_size(ctx.dtype)),
       // Programs use tags below 2^20; the sequence number keeps back-to-back
-      // collectives apart.
-      seq_bits_((seq & 0x7FF) << 20),
+      // collectives apart (the layout: transports/transport.h).
+      seq_bits_((seq & kSeqTagMask) << kProgramTagBits),
       stage_seconds_(prog.stage_algos.size(), 0.0) {
   if (input_ && prog.count > 0) untouched_.push_back(Range{0, prog.count});
 }

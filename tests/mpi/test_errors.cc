@@ -65,6 +65,49 @@ TEST_CASE("bad communicator options fail on every rank alike", "[errors]") {
   }
 }
 
+// An exact, pipelined int32 sum on `comm` (64 KiB chunks, several in flight).
+static bool pipelined_sum_exact(bc_comm_t comm) {
+  const int p = world_size(), r = world_rank();
+  const int64_t n = 100003;  // a prime: uneven blocks
+  std::vector<int32_t> in(n), out(n, -7);
+  for (int64_t i = 0; i < n; ++i) in[i] = static_cast<int32_t>(i % 7 + r);
+  if (bc_allreduce(in.data(), out.data(), n, BC_INT32, BC_SUM, comm) != BC_OK) return false;
+  for (int64_t i = 0; i < n; ++i)
+    if (out[i] != static_cast<int32_t>(p * (i % 7) + p * (p - 1) / 2)) return false;
+  return true;
+}
+
+TEST_CASE("a transport over MPI refuses tags narrower than 31 bits rather than fold them", "[errors][tags]") {
+  if (world_size() < 2) return;  // no peer, no transport
+  bc_comm_t comm = nullptr;
+  // Open MPI's pml ucx has MPI_TAG_UB 2^23-1: forced onto the mpi transport,
+  // every rank is refused alike and told why.
+  bc_status_t st = bc_comm_create_with(MPI_COMM_WORLD, "BC_TRANSPORT=mpi;BC_MPI_TAG_UB=8388607", &comm);
+  const std::string err = bc_last_error();
+  INFO(err);
+  REQUIRE(everywhere(st == BC_ERR_NOT_SUPPORTED));
+  CHECK(comm == nullptr);
+  CHECK(err.find("mpi transport: MPI_TAG_UB is 0x7fffff (BC_MPI_TAG_UB)") != std::string::npos);
+  CHECK(err.find("need 31 bits") != std::string::npos);
+  // A bound that holds 31 bits is used whole: chunks in flight stay apart.
+  REQUIRE(everywhere(bc_comm_create_with(MPI_COMM_WORLD, "BC_TRANSPORT=mpi;BC_MPI_TAG_UB=2147483647;BC_CHUNK=64K",
+                                         &comm) == BC_OK));
+  CHECK(everywhere(pipelined_sum_exact(comm)));
+  REQUIRE(bc_comm_destroy(&comm) == BC_OK);
+  // Under auto the narrow bound only takes the mpi transport out: on one node
+  // shared memory reaches every peer and the result is exact.
+  int node_size = 0;
+  MPI_Comm node;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+  MPI_Comm_size(node, &node_size);
+  MPI_Comm_free(&node);
+  if (!everywhere(node_size == world_size())) return;
+  REQUIRE(everywhere(bc_comm_create_with(MPI_COMM_WORLD, "BC_TRANSPORT=auto;BC_MPI_TAG_UB=8388607;BC_CHUNK=64K",
+                                         &comm) == BC_OK));
+  CHECK(everywhere(pipelined_sum_exact(comm)));
+  REQUIRE(bc_comm_destroy(&comm) == BC_OK);
+}
+
 TEST_CASE("describe prints the topology and the plan", "[describe]") {
   bc_comm_t comm = nullptr;
   REQUIRE(bc_comm_create(MPI_COMM_WORLD, &comm) == BC_OK);

@@ -83,7 +83,6 @@ class CudaTransport final : public Transport {
     // A duplicate inherits the bootstrap's MPI_ERRORS_RETURN; say so anyway.
     BC_MPI_CHECK(MPI_Comm_set_errhandler(desc_comm_, MPI_ERRORS_RETURN));
     BC_MPI_CHECK(MPI_Comm_set_errhandler(ack_comm_, MPI_ERRORS_RETURN));
-    tag_ub_ = mpi_tag_ub();
     BC_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     return BC_OK;
   }
@@ -195,7 +194,7 @@ class CudaTransport final : public Transport {
     r->peer = peer;
     r->buf = buf;
     r->bytes = bytes;
-    r->tag = static_cast<int>(tag % (static_cast<uint32_t>(tag_ub_) + 1));
+    r->tag = static_cast<int>(tag);  // whole: cuda_transport_create checked MPI's bound
     treq->transport = this;
     treq->peer = peer;
     treq->active = true;
@@ -258,7 +257,6 @@ class CudaTransport final : public Transport {
   CudaMapper mapper_;
   IpcCache cache_;
   MPI_Comm desc_comm_ = MPI_COMM_NULL, ack_comm_ = MPI_COMM_NULL;
-  int tag_ub_ = 32767;
   cudaStream_t stream_ = nullptr;
   std::vector<cudaEvent_t> free_events_;
   std::set<Req *> live_;
@@ -279,6 +277,7 @@ Status find_get_range(GetRangeFn *out) {
 }  // namespace
 
 Status cuda_transport_create(const TransportSetup &setup, std::unique_ptr<Transport> *out) {
+  BC_CHECK(mpi_tags_fit("cuda", *setup.params));  // the same verdict on every rank
   GetRangeFn range = nullptr;
   Status mine = cuda_usable();
   if (mine == BC_OK) mine = find_get_range(&range);

@@ -68,13 +68,7 @@ class MpiTransport final : public Transport {
   explicit MpiTransport(const TransportSetup &s)
       : comm_(s.bootstrap), unmatched_(static_cast<size_t>(s.size)), dead_(static_cast<size_t>(s.size), 0) {}
   ~MpiTransport() override;
-  Status init() {
-    tag_ub_ = mpi_tag_ub();
-    if (tag_ub_ < 0x7FFFFFFF)
-      BC_WARN(Transport, "mpi transport: MPI_TAG_UB is %#x: tags are folded into it and keep fewer sequence bits, "
-              "so chunks far apart in a pipeline could share a tag", tag_ub_);
-    return BC_OK;
-  }
+  Status init(const ParamSet &params) { return mpi_tags_fit("mpi", params); }
   const char *name() const override { return "mpi"; }
   bool can_connect(int, bc_memtype_t mem) const override { return mem != BC_MEM_CUDA; }
   Status connect(int) override { return BC_OK; }
@@ -124,8 +118,8 @@ class MpiTransport final : public Transport {
   Status match(TransportRequest *req, bool *matched);
   void forget(int peer, uint64_t ticket);
   void advance_drains();
-  // Programs use tags below 2^20 plus sequence bits above; fold them into MPI's range.
-  int mpi_tag(uint32_t tag) const { return static_cast<int>(tag % (static_cast<uint32_t>(tag_ub_) + 1)); }
+  // Whole: init() refused an MPI whose tags are narrower (mpi_tags_fit).
+  static int mpi_tag(uint32_t tag) { return static_cast<int>(tag); }
   Status check_size(size_t bytes) const {
     if (bytes > static_cast<size_t>(INT_MAX))
       return BC_FAIL(BC_ERR_NOT_SUPPORTED, "the MPI transport moves at most 2 GiB per message, asked for %zu bytes",
@@ -134,7 +128,6 @@ class MpiTransport final : public Transport {
   }
 
   MPI_Comm comm_;
-  int tag_ub_ = 32767;
   uint64_t next_ticket_ = 1;
   // Per peer, the receives not matched yet, in posting order. Receives with the
   // same tag match in this order, as MPI_Irecv would have matched them.
@@ -287,7 +280,7 @@ void MpiTransport::cancel(TransportRequest *req) {
 
 Status mpi_transport_create(const TransportSetup &setup, std::unique_ptr<Transport> *out) {
   std::unique_ptr<MpiTransport> t(new MpiTransport(setup));
-  BC_CHECK(t->init());
+  BC_CHECK(t->init(*setup.params));
   *out = std::move(t);
   return BC_OK;
 }

@@ -65,15 +65,6 @@ uint64_t fresh_nonce() {
              (static_cast<uint64_t>(getpid()) << 32) ^ calls.fetch_add(1));
 }
 
-// The worst status of any rank, on every rank; a rank that failed keeps its own message.
-Status agree(MPI_Comm comm, Status mine, const char *what) {
-  int local = mine, worst = 0;
-  BC_MPI_CHECK(MPI_Allreduce(&local, &worst, 1, MPI_INT, MPI_MAX, comm));
-  if (worst == BC_OK) return BC_OK;
-  if (mine != BC_OK) return mine;
-  return BC_FAIL(static_cast<Status>(worst), "shm transport: %s failed on another rank", what);
-}
-
 size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
 
 // A segment is unlinked as soon as every rank of its node has mapped it, so one
@@ -318,7 +309,7 @@ Status Node::setup(const TransportSetup &s, Node *out) {
 
   // 4. The others map it; then nobody needs the name any more.
   if (!leader && nlocal > 1) st = out->open_segment(mades[out->ranks_[0]].name);
-  st = agree(comm, st, "segment mapping");
+  st = agree_status(comm, st, "shm transport: segment mapping");
   out->unlink_created();
   BC_CHECK(st);
   return BC_OK;

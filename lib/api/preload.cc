@@ -1,0 +1,28 @@
+// The preload's door (lib/include/blueconnect_preload.h): thin forwards to the
+// library's internals, which stay hidden.
+#include "blueconnect_preload.h"
+
+#include "api/comm.h"
+#include "core/status.h"
+#include "cuda/cuda_rt.h"
+#include "reduce/reduce.h"
+
+namespace bc {
+namespace preload {
+
+bc_status_t init(bool quiet_by_default) { return api_init(quiet_by_default); }
+bc_status_t finalize() { return api_finalize(); }
+int64_t param_int(ParamId id) { return global_params().get_int(id); }
+std::string param_str(ParamId id) { return global_params().get_str(id); }
+bc_memtype_t memtype_of(const void *p) { return bc::memtype_of(p); }
+
+bool device_reduces(bc_dtype_t dtype, bc_op_t op) {
+  if (reduce_check_cuda(dtype, op) == BC_OK) return true;
+  clear_error();
+  return false;
+}
+
+bc_status_t copy(void *dst, const void *src, size_t bytes) { return cuda_copy(dst, src, bytes); }
+
+}  // namespace preload
+}  // namespace bc
