@@ -28,6 +28,8 @@ constexpr int kTimedBytes = 384 * 1024;
 // 35-42 %.
 constexpr double kSlowRatio = 0.55;
 constexpr double kMargin = 0.05;
+// Passes at most: two agreeing conclusive passes decide (docs/TOPOLOGY.md).
+constexpr int kMaxPasses = 4;
 constexpr char kKind[] = "racks";
 constexpr int kGroupTag = 0x6463;  // MPI_Comm_create_group's tag: "dc"
 
@@ -221,35 +223,45 @@ Status discover_racks(MPI_Comm comm, const ParamSet &params, const std::vector<i
       BC_MPI_CHECK(rc);
     }
     if (leader) {
-      // Passes until two agree (the same racks, or both none), at most 3:
-      // a stall of the host during one round (all of its flows at 15 Mbit/s
-      // once, under load 12) must not become a level, nor hide one.
+      // Passes until two conclusive ones agree (the same racks, or both one
+      // rack), at most kMaxPasses: a stall of the host during one round (all
+      // of its flows at 15 Mbit/s once, under load 12) must not become a
+      // level, nor hide one. A pass whose data are inconclusive (a pair in
+      // the uncertain band, inconsistent) is no vote for "flat": it was
+      // counted as one until a busy host's two such passes hid racks of 3+1.
       int i = 0;
       BC_MPI_CHECK(MPI_Comm_rank(lc, &i));
       const double tm = now_s();
       RackClusters c;
       std::string ev;
-      std::vector<std::vector<int>> outcomes;
+      std::vector<std::vector<int>> votes;  // the conclusive passes' racks (empty: one rack)
       Status st = BC_OK;
-      for (int pass = 0, more = 1; pass < 3 && more && st == BC_OK; ++pass) {
+      int passes = 0;
+      for (int more = 1; passes < kMaxPasses && more && st == BC_OK;) {
         RackClusters p;
         std::string e;
         st = one_pass(lc, i, n, &p, &e);
-        ev += (pass ? "; pass " + std::to_string(pass + 1) + " " : "") + e;
+        ev += (passes ? "; pass " + std::to_string(passes + 1) + " " : "") + e;
+        ++passes;
         if (i == 0) {
-          // A pass's outcome: its racks, or none.
-          const std::vector<int> outcome = p.found ? p.rack_of : std::vector<int>();
           bool agreed = false;
-          for (const auto &o : outcomes) agreed = agreed || o == outcome;
-          outcomes.push_back(outcome);
-          more = agreed || pass == 2 ? 0 : 1;
+          if (p.conclusive) {
+            const std::vector<int> vote = p.found ? p.rack_of : std::vector<int>();
+            for (const auto &v : votes) agreed = agreed || v == vote;
+            votes.push_back(vote);
+          }
+          // Whether two votes can still agree within the passes left.
+          const int left = kMaxPasses - passes;
+          more = !agreed && left >= (votes.empty() ? 2 : 1) ? 1 : 0;
           c = p;
-          if (!agreed && pass == 2) {
+          if (!agreed) {
             c.found = false;
-            c.why = "no two of 3 passes agree (the last: " + (p.found ? std::string("racks") : p.why) + ")";
+            c.why = "no two of " + std::to_string(passes) + " passes agree (" + std::to_string(votes.size()) +
+                    " conclusive; the last: " + (p.found ? std::string("racks") : p.why) + ")";
           }
         }
-        if (st == BC_OK && pass < 2) st = MPI_Bcast(&more, 1, MPI_INT, 0, lc) == MPI_SUCCESS ? BC_OK : BC_ERR_MPI;
+        if (st == BC_OK && passes < kMaxPasses)
+          st = MPI_Bcast(&more, 1, MPI_INT, 0, lc) == MPI_SUCCESS ? BC_OK : BC_ERR_MPI;
       }
       const double measure_ms = (now_s() - tm) * 1e3;
       MPI_Comm_free(&lc);

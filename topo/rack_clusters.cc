@@ -107,6 +107,7 @@ RackClusters rack_clusters(int n, const std::vector<Flow> &flows, double slow_ra
   }
   if (racks == 1) {
     out.why = "every flow ran at >= " + pct(slow_ratio) + " of the best: one rack";
+    out.conclusive = true;
     return out;
   }
   if (biggest == 1) {
@@ -120,7 +121,7 @@ RackClusters rack_clusters(int n, const std::vector<Flow> &flows, double slow_ra
                   " (numbered by smallest node) was measured slow; they may be one rack";
         return out;
       }
-  out.found = true;
+  out.found = out.conclusive = true;
   out.why = std::to_string(racks) + " racks: flows inside them ran at >= " + pct(slow_ratio) +
             " of the best, at least one flow between every two of them below";
   return out;

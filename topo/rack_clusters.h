@@ -32,6 +32,10 @@ struct Flow {
 
 struct RackClusters {
   bool found = false;         // a rack level with >= 2 racks, one of them of >= 2 nodes
+  // found, or every pair fast (one rack): the data decide. Otherwise (a pair
+  // in the uncertain band, inconsistent or ambiguous data, a flow not
+  // measured) they say nothing either way: discovery measures again.
+  bool conclusive = false;
   std::vector<int> rack_of;   // found: rack of each node, numbered by smallest node
   double best = 0;            // the fastest pair (bytes/s, mean of its directions)
   std::string why;            // the decision in words (found or not)

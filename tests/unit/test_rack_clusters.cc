@@ -56,6 +56,7 @@ TEST_CASE("flat: no level", "[discover]") {
   INFO(c.why);
   REQUIRE_FALSE(c.found);
   REQUIRE(c.why.find("one rack") != std::string::npos);
+  REQUIRE(c.conclusive);  // a vote for no level, not a shrug
   REQUIRE_FALSE(rack_clusters(8, simulate({0, 0, 0, 0, 0, 0, 0, 0}, 31e6, 1e9, 0.1)).found);
 }
 
@@ -134,16 +135,19 @@ TEST_CASE("inconsistent or ambiguous data: no level, and why", "[discover]") {
   INFO(c.why);
   REQUIRE_FALSE(c.found);
   REQUIRE(c.why.find("inconsistent") != std::string::npos);
+  REQUIRE_FALSE(c.conclusive);  // discovery measures again rather than count this as flat
   // 3 racks of 2 in 6 nodes: racks {2,3} and {4,5} never meet in a round.
   c = rack_clusters(6, simulate({0, 0, 1, 1, 2, 2}, 31e6, 12.5e6));
   REQUIRE_FALSE(c.found);
   REQUIRE(c.why.find("ambiguous") != std::string::npos);
+  REQUIRE_FALSE(c.conclusive);
   // A flow near the threshold is not called either way.
   f = simulate({0, 0, 1, 1}, 31e6, 12.5e6);
   f[0].rate = f[1].rate = 0.55 * 31e6;  // the pair 0-1, both directions
   c = rack_clusters(4, f);
   REQUIRE_FALSE(c.found);
   REQUIRE(c.why.find("too close") != std::string::npos);
+  REQUIRE_FALSE(c.conclusive);
   // Every flow slow (every node its own rack): nothing to group.
   c = rack_clusters(4, simulate({0, 1, 2, 3}, 31e6, 5e6));
   REQUIRE_FALSE(c.found);
@@ -151,6 +155,7 @@ TEST_CASE("inconsistent or ambiguous data: no level, and why", "[discover]") {
   f = simulate({0, 0, 1, 1}, 31e6, 12.5e6);
   f[3].rate = 0;
   REQUIRE_FALSE(rack_clusters(4, f).found);
+  REQUIRE_FALSE(rack_clusters(4, f).conclusive);
   REQUIRE_FALSE(rack_clusters(2, simulate({0, 1}, 31e6, 5e6)).found);
   REQUIRE_FALSE(rack_clusters(4, {}).found);
 }
