@@ -12,6 +12,7 @@
 
 #include "core/hash.h"
 #include "core/log.h"
+#include "topo/discover.h"
 
 namespace bc {
 namespace {
@@ -23,9 +24,10 @@ struct TopoRecord {
   int32_t status;       // BC_OK, or this rank's failure code
   int32_t nkeys;
   int64_t node_leader;  // smallest rank on this rank's node
-  uint64_t settings_hash;  // BC_TOPO / BC_TOPO_FILE / BC_TOPO_INTRA / BC_TOPO_SCHEDULER must agree
+  uint64_t settings_hash;  // BC_TOPO / BC_TOPO_FILE / BC_TOPO_INTRA / BC_TOPO_SCHEDULER / BC_TOPO_DISCOVER must agree
   int32_t above;           // where the levels above the node come from (Above); must agree
   int32_t unused;
+  uint64_t host_hash;      // of this rank's host name: the discovered racks' cache key
   int64_t keys[kMaxKeys];
 };
 
@@ -40,7 +42,8 @@ const char *const kAboveText[] = {"no address (BC_TOPO_ADDR and SLURM_TOPOLOGY_A
 // that key the process's layout cache (which adds the per-rank addresses).
 std::string shared_settings(const ParamSet &params) {
   return params.get_str(ParamId::Topo) + "|" + params.get_str(ParamId::TopoFile) + "|" +
-         params.get_str(ParamId::TopoIntra) + "|" + params.get_str(ParamId::TopoScheduler);
+         params.get_str(ParamId::TopoIntra) + "|" + params.get_str(ParamId::TopoScheduler) + "|" +
+         params.get_str(ParamId::TopoDiscover);
 }
 
 // The package or NUMA node that this process is bound inside; -1 when its
@@ -155,6 +158,39 @@ Status local_keys(const ParamSet &params, int64_t node_leader, std::vector<int64
   return BC_OK;
 }
 
+// Without levels above the node from anywhere else, a rack level measured
+// among 3 nodes or more (topo/discover.h): its key appended to every rank's.
+// Every rank decides alike, from the allgathered records. *measured: "measured
+// racks" when a level was added.
+Status discover_level(MPI_Comm comm, const ParamSet &params, const std::vector<TopoRecord> &all, Above above,
+                      std::vector<std::vector<int64_t>> *keys, std::vector<std::string> *names,
+                      std::string *measured) {
+  if (above != kAboveNone || params.get_str(ParamId::TopoDiscover) == "off") return BC_OK;
+  std::vector<int64_t> node_of(all.size());
+  std::vector<uint64_t> host_hash(all.size());
+  std::vector<int> node_index(all.size(), -1);
+  int nodes = 0;
+  for (size_t r = 0; r < all.size(); ++r) {
+    node_of[r] = all[r].node_leader;
+    host_hash[r] = all[r].host_hash;
+    if (all[r].node_leader == static_cast<int64_t>(r)) node_index[r] = nodes++;
+  }
+  if (nodes < 3) return BC_OK;  // with 2 nodes no level can lie between them and the root
+  std::vector<int> rack_of_node;
+  std::string how;
+  BC_CHECK(discover_racks(comm, params, node_of, host_hash, &rack_of_node, &how));
+  if (rack_of_node.empty()) return BC_OK;
+  for (size_t r = 0; r < all.size(); ++r) {
+    const int node = node_index[static_cast<size_t>(node_of[r])];
+    if (node < 0) return BC_FAIL(BC_ERR_INTERNAL, "rank %zu's node leader %lld leads no node", r,
+                                 static_cast<long long>(node_of[r]));
+    (*keys)[r].push_back(rack_of_node[static_cast<size_t>(node)]);
+  }
+  names->push_back("rack");
+  *measured = how == "measured" ? "measured racks" : "measured racks (" + how + ")";
+  return BC_OK;
+}
+
 // The detection itself: node split, keys, one allgather.
 Status detect(MPI_Comm comm, const ParamSet &params, Topology *out) {
   int rank = 0, size = 0;
@@ -165,6 +201,7 @@ Status detect(MPI_Comm comm, const ParamSet &params, Topology *out) {
   TopoRecord mine;
   std::memset(&mine, 0, sizeof mine);
   mine.settings_hash = fnv1a(shared_settings(params));
+  mine.host_hash = fnv1a(this_host());
   std::vector<int64_t> keys;
   std::vector<std::string> names;
   Above above = kAboveNone;
@@ -189,7 +226,7 @@ Status detect(MPI_Comm comm, const ParamSet &params, Topology *out) {
   for (int r = 0; r < size; ++r) {
     if (all[r].settings_hash != mine.settings_hash)
       return BC_FAIL(BC_ERR_TOPOLOGY,
-                     "rank %d has different BC_TOPO/BC_TOPO_FILE/BC_TOPO_INTRA/BC_TOPO_SCHEDULER settings "
+                     "rank %d has different BC_TOPO/BC_TOPO_FILE/BC_TOPO_INTRA/BC_TOPO_SCHEDULER/BC_TOPO_DISCOVER settings "
                      "than rank %d; every rank must use the same", r, rank);
     if (all[r].above != mine.above)
       return BC_FAIL(BC_ERR_TOPOLOGY,
@@ -213,11 +250,14 @@ Status detect(MPI_Comm comm, const ParamSet &params, Topology *out) {
   } else {
     std::vector<std::vector<int64_t>> allkeys(size);
     for (int r = 0; r < size; ++r) allkeys[r].assign(all[r].keys, all[r].keys + all[r].nkeys);
+    std::string measured;
+    BC_CHECK(discover_level(comm, params, all, above, &allkeys, &names, &measured));
     BC_CHECK(topo_from_keys(allkeys, names, &t));
     t.source = "MPI_COMM_TYPE_SHARED";
     if (above == kAboveFile) t.source += " + BC_TOPO_FILE";
     if (above == kAboveSlurm) t.source += " + Slurm SLURM_TOPOLOGY_ADDR";
     if (above == kAboveAddr) t.source += " + BC_TOPO_ADDR";
+    if (!measured.empty()) t.source += " + " + measured;
     if (params.get_str(ParamId::TopoIntra) != "none") t.source += " + hwloc " + params.get_str(ParamId::TopoIntra);
   }
   t.node_of.resize(size);
@@ -276,7 +316,8 @@ Status topo_detect(MPI_Comm comm, const ParamSet &params, Topology *out) {
                                "|" + params.get_str(ParamId::TopoAddr) + "|" + (slurm_addr ? slurm_addr : "-") +
                                "|" + (slurm_pattern ? slurm_pattern : "-");
   std::vector<int> members;
-  const bool cacheable = world_ranks_of(comm, &members);
+  // BC_TOPO_DISCOVER=always measures at every creation: nothing is reused.
+  const bool cacheable = world_ranks_of(comm, &members) && params.get_str(ParamId::TopoDiscover) != "always";
   int have = 0;
   if (cacheable) {
     std::lock_guard<std::mutex> lock(g_topo_mutex);

@@ -58,6 +58,16 @@ const ParamDef kParamDefs[] = {
      "SLURM_TOPOLOGY_ADDR). A launcher wrapper exports it per rank (from PBS, Kubernetes labels, a "
      "CMDB); used instead of Slurm's variables. The node level itself still comes from "
      "MPI_COMM_TYPE_SHARED and the node name is not used. Ignored when BC_TOPO or BC_TOPO_FILE is set."},
+    {ParamId::TopoDiscover, "BC_TOPO_DISCOVER", ParamType::Enum, "auto", "auto|always|off", kParamAnyRange,
+     "Discover a rack level above the nodes by measurement when nothing else gives one (no BC_TOPO, "
+     "BC_TOPO_FILE, BC_TOPO_ADDR or Slurm address) and the communicator spans at least 3 nodes: one "
+     "rank per node times concurrent exchanges of 512 KiB with other nodes in log2(nodes) rounds, "
+     "repeated until two conclusive passes agree (at most 4), and nodes whose flows stay fast form a rack (docs/TOPOLOGY.md; "
+     "0.1-0.5 s on 4 simulated nodes at 250 Mbit/s); never a level the measurement does not support. auto: measure once per set of hosts; the result, rack level or none, is kept "
+     "for later communicators of the process and in the per-user cache (racks-HASH.txt in "
+     "BC_CACHE_DIR, keyed by the nodes' hosts in rank order, ignored after BC_MODEL_CACHE_AGE) for "
+     "later jobs on the same hosts. always: measure at every communicator creation, without either "
+     "cache (still writes the file). off: no discovery. Every rank must use the same value."},
     {ParamId::Transport, "BC_TRANSPORT", ParamType::Enum, "auto", "auto|mpi|ucx|shm", kParamAnyRange,
      "Transport for every stage. auto: the best available per stage; a forced transport that "
      "cannot serve a stage is an error at communicator creation."},

@@ -23,6 +23,7 @@ enum class ParamId : int {
   TopoIntra,    // BC_TOPO_INTRA
   TopoScheduler,// BC_TOPO_SCHEDULER
   TopoAddr,     // BC_TOPO_ADDR
+  TopoDiscover, // BC_TOPO_DISCOVER
   Transport,    // BC_TRANSPORT
   Algo,         // BC_ALGO
   Timeout,      // BC_TIMEOUT

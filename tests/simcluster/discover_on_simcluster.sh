@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Rack discovery across simulated hosts (topo/discover.h): 4 hosts x 2 ranks,
+# 250 Mbit/s host links, 100 us delay, in one LAYOUT:
+#   flat     one switch: no rack level
+#   racks    2 racks x 2 hosts, trunks 100 Mbit/s
+#   delay    the same, trunks 1 ms slower each way
+#   uneven   racks of 3 hosts and 1 host (--rack-sizes 3,1), trunks 100 Mbit/s
+#   oversub  2 racks x 2 hosts, trunks 250 Mbit/s: as fast as a host link but
+#            shared by the rack's two hosts. At the limit of what discovery
+#            can tell (docs/TOPOLOGY.md): the racks or no level
+#            are accepted, never another level.
+# CREATIONS communicators in a row each measure anew and must find the
+# layout's racks; an exact all-reduce runs on each; then a default creation
+# must take the racks from the per-user cache (a private BC_CACHE_DIR).
+# Skips (exit 77, with the reason) where this machine cannot make namespaces.
+# Uses its own namespace prefix and state, so it never touches a cluster a
+# person has up, nor the other simcluster tests'.
+# Usage: discover_on_simcluster.sh SIMCLUSTER DISCOVER_CHECK LAYOUT [CREATIONS]
+set -u
+sc=$1 prog=$2 layout=$3 creations=${4:-10}
+export BC_SIMCLUSTER_PREFIX=${BC_SIMCLUSTER_TEST_PREFIX:-bctest}d
+export BC_SIMCLUSTER_STATE=${BC_SIMCLUSTER_TEST_STATE:-/run/bc-simcluster-test}-disc
+base=(--nodes 4 --slots 2 --bw 250mbit --delay 100us)
+case $layout in
+  flat) up=("${base[@]}"); groups=(all all all all) ;;
+  racks) up=("${base[@]}" --racks 2 --trunk-bw 100mbit); groups=(rack0 rack0 rack1 rack1) ;;
+  delay) up=("${base[@]}" --racks 2 --trunk-bw 100mbit --trunk-delay 1ms); groups=(rack0 rack0 rack1 rack1) ;;
+  uneven) up=("${base[@]}" --rack-sizes 3,1 --trunk-bw 100mbit); groups=(rack0 rack0 rack0 rack1) ;;
+  oversub) up=("${base[@]}" --racks 2 --trunk-bw 250mbit); groups=(rack0 rack0 rack1 rack1) ;;
+  *) echo "unknown layout '$layout'"; exit 2 ;;
+esac
+if ! reason=$("$sc" check 2>&1); then
+  echo "skipped: cannot make a simulated cluster here: $reason"
+  exit 77
+fi
+dir=$(mktemp -d /tmp/bc-discsim.XXXXXX)
+trap '"$sc" down >/dev/null 2>&1; rm -rf "$dir"' EXIT
+"$sc" down >/dev/null 2>&1
+"$sc" up "${up[@]}" || { echo "simcluster up failed"; exit 1; }
+for i in 1 2 3 4; do echo "sim-n$i ${groups[$((i - 1))]}"; done > "$dir/expected.txt"
+also=()
+if [ "$layout" = oversub ]; then
+  for i in 1 2 3 4; do echo "sim-n$i all"; done > "$dir/also.txt"
+  also=("$dir/also.txt")
+fi
+mkdir -m 0700 "$dir/cache"
+# BC_DEBUG=TOPO by default: rank 0 logs each discovery's decision, reason and
+# rates, the evidence when a creation finds other levels.
+forward=(-x "BC_DEBUG=${BC_DEBUG:-TOPO}")
+[ -n "${BC_TRANSPORT:-}" ] && forward+=(-x BC_TRANSPORT)
+"$sc" run --mca pml ob1 --mca btl_tcp_links 2 -x BC_CACHE_DIR="$dir/cache" "${forward[@]}" \
+  -np 8 "$prog" "$dir/expected.txt" "$creations" "${also[@]}"
+rc=$?
+"$sc" down || { echo "simcluster down left something behind"; exit 1; }
+trap - EXIT
+rm -rf "$dir"
+exit $rc

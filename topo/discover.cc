@@ -1,0 +1,301 @@
+#include "topo/discover.h"
+
+#include <time.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <sstream>
+
+#include "core/cache_file.h"
+#include "core/log.h"
+#include "topo/rack_clusters.h"
+
+namespace bc {
+namespace {
+
+// Each round: a barrier so that every pair's flows run at once, a warm-up
+// exchange that opens TCP's window and drains a link shaper's burst, then the
+// timed exchange right after it. 384 KiB takes 13 ms at 250 Mbit/s, 63 ms at
+// 50 Mbit/s (two nodes sharing a 100 Mbit/s trunk): long enough that a few
+// milliseconds of scheduling noise on a busy host stay small beside it.
+constexpr int kWarmBytes = 128 * 1024;
+constexpr int kTimedBytes = 384 * 1024;
+// Pairs below this fraction of the best pair are slow, with no call within
+// kMargin of it. Measured on the simulated clusters (docs/TOPOLOGY.md) on a
+// busy 2-core host: pairs inside a rack 63-100 % of the best; pairs sharing a
+// 100 Mbit/s trunk under 250 Mbit/s node links 12-35 %, a pair alone on it
+// 35-42 %.
+constexpr double kSlowRatio = 0.55;
+constexpr double kMargin = 0.05;
+// Passes at most: two agreeing conclusive passes decide (docs/TOPOLOGY.md).
+constexpr int kMaxPasses = 4;
+constexpr char kKind[] = "racks";
+constexpr int kGroupTag = 0x6463;  // MPI_Comm_create_group's tag: "dc"
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// One round's transfer with `peer`, both ways at once: the warm-up, then the
+// timed message. Both receives are posted first (messages of one sender and
+// tag match in order); the timed send starts as soon as the warm-up's send
+// is done, whatever the other direction does, so a late flow one way does
+// not hold the other back. *warm_done and *timed_done: when the two
+// messages from `peer` had arrived here.
+Status transfer(MPI_Comm lc, int peer, std::vector<char> *sbuf, std::vector<char> *rbuf, double *warm_done,
+                double *timed_done) {
+  MPI_Request req[4];  // receive warm-up, receive timed, send warm-up, send timed
+  BC_MPI_CHECK(MPI_Irecv(rbuf->data(), kWarmBytes, MPI_BYTE, peer, 7, lc, &req[0]));
+  BC_MPI_CHECK(MPI_Irecv(rbuf->data(), kTimedBytes, MPI_BYTE, peer, 7, lc, &req[1]));
+  BC_MPI_CHECK(MPI_Isend(sbuf->data(), kWarmBytes, MPI_BYTE, peer, 7, lc, &req[2]));
+  req[3] = MPI_REQUEST_NULL;
+  bool posted = false;
+  int left = 4;
+  while (left > 0) {
+    int idx = MPI_UNDEFINED;
+    BC_MPI_CHECK(MPI_Waitany(4, req, &idx, MPI_STATUS_IGNORE));
+    if (idx == MPI_UNDEFINED) break;
+    --left;
+    if (idx == 0) *warm_done = now_s();
+    if (idx == 1) *timed_done = now_s();
+    if (idx == 2 && !posted) {
+      BC_MPI_CHECK(MPI_Isend(sbuf->data(), kTimedBytes, MPI_BYTE, peer, 7, lc, &req[3]));
+      posted = true;
+    }
+  }
+  return BC_OK;
+}
+
+// This leader's received rate (bytes/s) in each round; 0 where it idled.
+Status measure(MPI_Comm lc, int i, int n, std::vector<double> *rates) {
+  const std::vector<int> rounds = discover_rounds(n);
+  std::vector<char> sbuf(kTimedBytes, 1), rbuf(kTimedBytes);
+  rates->assign(rounds.size(), 0.0);
+  for (size_t r = 0; r < rounds.size(); ++r) {
+    const int peer = discover_partner(i, rounds[r], n);
+    BC_MPI_CHECK(MPI_Barrier(lc));
+    if (peer < 0) continue;
+    // Both messages over the time from the barrier to the last one's
+    // arrival. Timing the second message alone, from the first one's
+    // arrival, read up to 30x the link rate when this process was
+    // descheduled as the first arrived (1 Gbit/s links on a busy 2-core
+    // host); a link shaper's burst (100 KB) still counts, for every flow.
+    const double t0 = now_s();
+    double warm = 0, timed = 0;
+    BC_CHECK(transfer(lc, peer, &sbuf, &rbuf, &warm, &timed));
+    // The lower of that and the second message alone (from the first's
+    // arrival), which leaves out the burst: noise only ever lowers either
+    // when the process is late, the first can only read high.
+    if (timed > t0) (*rates)[r] = (kWarmBytes + kTimedBytes) / (timed - t0);
+    if (timed > warm && warm > t0) (*rates)[r] = std::min((*rates)[r], kTimedBytes / (timed - warm));
+  }
+  return BC_OK;
+}
+
+// "round d=1: 1->0 243 2->3 240 ...; round d=2: ..." in Mbit/s.
+std::string evidence(int n, const std::vector<double> &all) {
+  const std::vector<int> rounds = discover_rounds(n);
+  std::ostringstream os;
+  for (size_t r = 0; r < rounds.size(); ++r) {
+    os << (r ? "; " : "") << "d=" << rounds[r] << ":";
+    for (int i = 0; i < n; ++i) {
+      const int p = discover_partner(i, rounds[r], n);
+      if (p < 0) continue;
+      char buf[48];
+      std::snprintf(buf, sizeof buf, " %d->%d %.0f", p, i, all[i * rounds.size() + r] * 8e-6);
+      os << buf;
+    }
+  }
+  return os.str() + " (Mbit/s)";
+}
+
+std::string cache_key(const std::vector<int> &leaders, const std::vector<uint64_t> &host_hash) {
+  std::ostringstream os;
+  os << "racks n=" << leaders.size();
+  char buf[24];
+  for (int l : leaders) {
+    std::snprintf(buf, sizeof buf, " %llx", static_cast<unsigned long long>(host_hash[l]));
+    os << buf;
+  }
+  return os.str();
+}
+
+// The body's first line: "racks R0 R1 ..." or "none"; false when it is neither.
+bool parse_body(const std::string &body, int n, std::vector<int> *rack_of) {
+  std::istringstream in(body.substr(0, body.find('\n')));
+  std::string word;
+  if (!(in >> word)) return false;
+  rack_of->clear();
+  if (word == "none") return !(in >> word);
+  if (word != "racks") return false;
+  int v = 0;
+  while (in >> v) {
+    if (v < 0 || v >= n) return false;
+    rack_of->push_back(v);
+  }
+  return in.eof() && static_cast<int>(rack_of->size()) == n;
+}
+
+// Waits for a broadcast, sleeping between polls: ranks that do not measure
+// leave the cores to those that do.
+Status bcast_sleepy(std::vector<int> *msg, MPI_Comm comm) {
+  MPI_Request req;
+  BC_MPI_CHECK(MPI_Ibcast(msg->data(), static_cast<int>(msg->size()), MPI_INT, 0, comm, &req));
+  for (;;) {
+    int done = 0;
+    BC_MPI_CHECK(MPI_Test(&req, &done, MPI_STATUS_IGNORE));
+    if (done) return BC_OK;
+    const struct timespec ts = {0, 200 * 1000};
+    nanosleep(&ts, nullptr);
+  }
+}
+
+// One pass over all rounds: measure, gather the rates at leader 0, classify
+// there (*c and *ev on leader 0 only). A leader whose measurement failed
+// sends zeros, which classify as "not measured".
+Status one_pass(MPI_Comm lc, int i, int n, RackClusters *c, std::string *ev) {
+  std::vector<double> mine, all;
+  const bool ok = measure(lc, i, n, &mine) == BC_OK;
+  if (!ok) clear_error();
+  const int nr = static_cast<int>(discover_rounds(n).size());
+  mine.resize(static_cast<size_t>(nr), 0.0);
+  if (!ok) std::fill(mine.begin(), mine.end(), 0.0);
+  all.resize(static_cast<size_t>(n) * nr);
+  BC_MPI_CHECK(MPI_Gather(mine.data(), nr, MPI_DOUBLE, all.data(), nr, MPI_DOUBLE, 0, lc));
+  if (i != 0) return BC_OK;
+  std::vector<Flow> flows;
+  const std::vector<int> rounds = discover_rounds(n);
+  for (int j = 0; j < n; ++j)
+    for (int r = 0; r < nr; ++r) {
+      const int p = discover_partner(j, rounds[r], n);
+      if (p >= 0) flows.push_back({r, p, j, all[static_cast<size_t>(j) * nr + r]});
+    }
+  *c = rack_clusters(n, flows, kSlowRatio, kMargin);
+  *ev = evidence(n, all);
+  return BC_OK;
+}
+
+}  // namespace
+
+Status discover_racks(MPI_Comm comm, const ParamSet &params, const std::vector<int64_t> &node_of,
+                      const std::vector<uint64_t> &host_hash, std::vector<int> *rack_of_node, std::string *how) {
+  const double t0 = now_s();
+  int rank = 0;
+  BC_MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  const int size = static_cast<int>(node_of.size());
+  std::vector<int> leaders;
+  for (int r = 0; r < size; ++r)
+    if (node_of[r] == r) leaders.push_back(r);
+  const int n = static_cast<int>(leaders.size());
+  const bool use_cache = params.get_str(ParamId::TopoDiscover) == "auto";
+  const std::string dir = cache_dir(params), key = cache_key(leaders, host_hash);
+  // msg[0]: 0 measure, 1 cached, 2 measured; msg[1]: 1 when a level was found; then the racks.
+  std::vector<int> msg(static_cast<size_t>(n) + 2, 0);
+  if (rank == 0 && use_cache) {
+    std::string body, why;
+    std::vector<int> racks;
+    if (!cache_read(dir, kKind, key, params.get_int(ParamId::ModelCacheAge), "BC_MODEL_CACHE_AGE", &body, &why)) {
+      if (why != "no cached racks") BC_INFO(Topo, "discovered racks cache not used: %s", why.c_str());
+    } else if (!parse_body(body, n, &racks)) {
+      BC_INFO(Topo, "discovered racks cache not used: %s: bad body", cache_path(dir, kKind, key).c_str());
+    } else {
+      msg[0] = 1;
+      msg[1] = racks.empty() ? 0 : 1;
+      std::copy(racks.begin(), racks.end(), msg.begin() + 2);
+    }
+  }
+  // Under BC_TOPO_DISCOVER=always every rank knows already that nobody looked.
+  if (use_cache) BC_CHECK(bcast_sleepy(&msg, comm));
+  if (msg[0] == 0) {
+    std::string body;  // rank 0: what the cache file gets
+    // The leaders' own communicator, made by the leaders alone: the other
+    // ranks go straight to the broadcast of the result.
+    const bool leader = node_of[rank] == rank;
+    MPI_Comm lc = MPI_COMM_NULL;
+    if (leader) {
+      MPI_Group all_group = MPI_GROUP_NULL, leader_group = MPI_GROUP_NULL;
+      BC_MPI_CHECK(MPI_Comm_group(comm, &all_group));
+      int rc = MPI_Group_incl(all_group, n, leaders.data(), &leader_group);
+      if (rc == MPI_SUCCESS) rc = MPI_Comm_create_group(comm, leader_group, kGroupTag, &lc);
+      MPI_Group_free(&all_group);
+      if (leader_group != MPI_GROUP_NULL) MPI_Group_free(&leader_group);
+      BC_MPI_CHECK(rc);
+    }
+    if (leader) {
+      // Passes until two conclusive ones agree (the same racks, or both one
+      // rack), at most kMaxPasses: a stall of the host during one round (all
+      // of its flows at 15 Mbit/s once, under load 12) must not become a
+      // level, nor hide one. A pass whose data are inconclusive (a pair in
+      // the uncertain band, inconsistent) is no vote for "flat": it was
+      // counted as one until a busy host's two such passes hid racks of 3+1.
+      int i = 0;
+      BC_MPI_CHECK(MPI_Comm_rank(lc, &i));
+      const double tm = now_s();
+      RackClusters c;
+      std::string ev;
+      std::vector<std::vector<int>> votes;  // the conclusive passes' racks (empty: one rack)
+      Status st = BC_OK;
+      int passes = 0;
+      for (int more = 1; passes < kMaxPasses && more && st == BC_OK;) {
+        RackClusters p;
+        std::string e;
+        st = one_pass(lc, i, n, &p, &e);
+        ev += (passes ? "; pass " + std::to_string(passes + 1) + " " : "") + e;
+        ++passes;
+        if (i == 0) {
+          bool agreed = false;
+          if (p.conclusive) {
+            const std::vector<int> vote = p.found ? p.rack_of : std::vector<int>();
+            for (const auto &v : votes) agreed = agreed || v == vote;
+            votes.push_back(vote);
+          }
+          // Whether two votes can still agree within the passes left.
+          const int left = kMaxPasses - passes;
+          more = !agreed && left >= (votes.empty() ? 2 : 1) ? 1 : 0;
+          c = p;
+          if (!agreed) {
+            c.found = false;
+            c.why = "no two of " + std::to_string(passes) + " passes agree (" + std::to_string(votes.size()) +
+                    " conclusive; the last: " + (p.found ? std::string("racks") : p.why) + ")";
+          }
+        }
+        if (st == BC_OK && passes < kMaxPasses)
+          st = MPI_Bcast(&more, 1, MPI_INT, 0, lc) == MPI_SUCCESS ? BC_OK : BC_ERR_MPI;
+      }
+      const double measure_ms = (now_s() - tm) * 1e3;
+      MPI_Comm_free(&lc);
+      BC_CHECK(st);
+      if (rank == 0) {
+        BC_INFO(Topo, "discovery over %d nodes in %.0f ms (measuring %.0f): %s: %s; rates %s", n,
+                (now_s() - t0) * 1e3, measure_ms, c.found ? "rack level found" : "no rack level", c.why.c_str(),
+                ev.c_str());
+        msg[0] = 2;
+        msg[1] = c.found ? 1 : 0;
+        if (c.found) std::copy(c.rack_of.begin(), c.rack_of.end(), msg.begin() + 2);
+        std::ostringstream os;
+        if (c.found) {
+          os << "racks";
+          for (int r : c.rack_of) os << " " << r;
+        } else {
+          os << "none";
+        }
+        os << "\n# " << c.why << "\n# rates " << ev << "\n";
+        body = os.str();
+      }
+    }
+    BC_CHECK(bcast_sleepy(&msg, comm));
+    // After the broadcast: the others need not wait for the disk.
+    std::string why;
+    if (rank == 0 && !cache_write(dir, kKind, key, body, &why))
+      BC_INFO(Topo, "discovered racks not cached: %s", why.c_str());
+  }
+  rack_of_node->clear();
+  if (msg[1]) rack_of_node->assign(msg.begin() + 2, msg.end());
+  *how = msg[0] == 1 ? "cached in " + cache_path(dir, kKind, key) : "measured";
+  if (rank == 0 && msg[0] == 1)
+    BC_INFO(Topo, "discovery over %d nodes: %s (%s)", n, msg[1] ? "rack level" : "no rack level", how->c_str());
+  return BC_OK;
+}
+
+}  // namespace bc

@@ -1,0 +1,34 @@
+// Discovery of a rack level above the nodes by measurement (BC_TOPO_DISCOVER;
+// docs/TOPOLOGY.md). Collective.
+//
+// detect.cc calls it when no BC_TOPO, BC_TOPO_FILE or scheduler address gives
+// the levels above the node and there are at least 3 nodes. The node leaders
+// (one rank per node, the smallest) time concurrent pairwise exchanges in
+// log2(nodes) rounds (rack_clusters.h says which pairs and why) on a private
+// sub-communicator, gather every flow's rate, and rank 0 classifies them
+// (rack_clusters); the others wait in a broadcast, sleeping between polls.
+// The result, found or not, is stored in the per-user cache
+// (core/cache_file.h, DIR/racks-HASH.txt, keyed by the hosts of the nodes in
+// rank order), so a later job on the same hosts does not measure again.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/params.h"
+#include "core/status.h"
+
+namespace bc {
+
+// node_of[r]: the node leader of rank r; host_hash[r]: a hash of rank r's host
+// name (every rank passes the same vectors). On return *rack_of_node holds
+// the rack of each node, nodes in order of their leaders, or is empty when no
+// rack level was found; *how says where it came from ("measured",
+// "cached in PATH"). Fails only where MPI fails.
+Status discover_racks(MPI_Comm comm, const ParamSet &params, const std::vector<int64_t> &node_of,
+                      const std::vector<uint64_t> &host_hash, std::vector<int> *rack_of_node, std::string *how);
+
+}  // namespace bc
