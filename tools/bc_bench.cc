@@ -653,6 +653,25 @@ class Bench {
   bool failed_ = false;
 };
 
+// One line of bc_comm_describe's text as header lines of at most ~150
+// characters, broken at spaces (the cost model's line holds every fit, which
+// scripts read: it must not be cut).
+void print_wrapped(const std::string &line) {
+  const size_t width = 150;
+  size_t at = 0;
+  bool first = true;
+  while (at < line.size()) {
+    size_t end = line.size();
+    if (end - at > width) {
+      const size_t space = line.rfind(' ', at + width);
+      end = space != std::string::npos && space > at ? space : at + width;
+    }
+    std::printf("#   %s%s\n", first ? "" : "    ", line.substr(at, end - at).c_str());
+    at = end < line.size() && line[end] == ' ' ? end + 1 : end;
+    first = false;
+  }
+}
+
 // The timing mode and, with --compare mpi, how the MPI library's calls are
 // placed relative to BlueConnect's.
 void Bench::print_timing(const char *mpi_name) const {
@@ -768,7 +787,7 @@ void Bench::print_header() const {
     size_t end = text.find('\n', at);
     if (end == std::string::npos) end = text.size();
     const std::string l = text.substr(at, end - at);
-    if (l.compare(0, 7, "  step ") != 0) std::printf("#   %.150s\n", l.c_str());
+    if (l.compare(0, 7, "  step ") != 0) print_wrapped(l);
     at = end + 1;
   }
 
