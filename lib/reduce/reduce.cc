@@ -309,6 +309,39 @@ Status reduce_into(void *dst, const void *src, int64_t count, bc_dtype_t dtype, 
   return BC_OK;
 }
 
+Status reducer_for(bc_dtype_t dtype, bc_op_t op, bc_memtype_t mem, Reducer *out) {
+  *out = Reducer();
+#if BC_HAVE_CUDA
+  if (mem == BC_MEM_CUDA) {
+    BC_CHECK(reduce_check_cuda(dtype, op));
+    out->dtype = dtype;
+    out->op = op;
+    out->mem = mem;
+    return BC_OK;
+  }
+#endif
+  BC_CHECK(reduce_check(dtype, op));
+  BC_CHECK(check_buffer(out, "reducer", 0, mem));  // the memory type alone
+  out->dtype = dtype;
+  out->op = op;
+  out->mem = BC_MEM_HOST;
+  out->kernel = kTable[dtype][op];
+  return BC_OK;
+}
+
+Status Reducer::apply(void *dst, const void *src, int64_t count) const {
+#if BC_HAVE_CUDA
+  if (mem == BC_MEM_CUDA) return reduce_into_cuda(dst, src, count, dtype, op);
+#endif
+  if (kernel == nullptr) return BC_FAIL(BC_ERR_INTERNAL, "reduction used before reducer_for() checked it");
+  if (count <= 0) return BC_OK;
+  if (misaligned(dst, dtype) || misaligned(src, dtype))
+    bounced(dst, src, count, kDtypeSize[dtype], kernel);
+  else
+    kernel(dst, src, count);
+  return BC_OK;
+}
+
 Status reduce_finish_avg(void *buf, int64_t count, bc_dtype_t dtype, int divisor,
                          bc_memtype_t mem) {
 #if BC_HAVE_CUDA

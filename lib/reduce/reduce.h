@@ -35,6 +35,21 @@ Status reduce_check_cuda(bc_dtype_t dtype, bc_op_t op);
 Status reduce_into(void *dst, const void *src, int64_t count, bc_dtype_t dtype, bc_op_t op,
                    bc_memtype_t mem);
 
+// A reduction checked once. reducer_for() validates (dtype, op, mem) as
+// reduce_into does; apply() is what the executor runs on every received
+// block, and it checks nothing but alignment: the call was validated at the
+// API's boundary, and the executor's ranges lie inside its own buffers, never
+// overlapping (issue 16: validation once per call, the hot path trusts it).
+struct Reducer {
+  bc_dtype_t dtype = BC_FLOAT32;
+  bc_op_t op = BC_SUM;
+  bc_memtype_t mem = BC_MEM_HOST;
+  void (*kernel)(void *, const void *, int64_t) = nullptr;  // host buffers; null: not checked yet
+  // dst[i] = dst[i] OP src[i], i < count.
+  Status apply(void *dst, const void *src, int64_t count) const;
+};
+Status reducer_for(bc_dtype_t dtype, bc_op_t op, bc_memtype_t mem, Reducer *out);
+
 // For BC_AVG: buf[i] /= divisor, rounded once to the dtype.
 Status reduce_finish_avg(void *buf, int64_t count, bc_dtype_t dtype, int divisor, bc_memtype_t mem);
 

@@ -32,6 +32,7 @@ Execution::Execution(const Program &prog, const ExecContext &ctx, void *work, vo
       seq_bits_((seq & kSeqTagMask) << kProgramTagBits),
       stage_seconds_(prog.stage_algos.size(), 0.0) {
   if (input_ && prog.count > 0) untouched_.push_back(Range{0, prog.count});
+  reducer_status_ = reducer_for(ctx.dtype, ctx.op, ctx.mem, &reducer_);
 }
 
 Execution::~Execution() { cancel_all(); }
@@ -120,7 +121,7 @@ Status Execution::reduce_in_member_order(const Step &st) {
   for (size_t k = 1; k <= st.recvs.size(); ++k) {
     const unsigned char *next = k == static_cast<size_t>(st.self_order) ? mine
                                 : scratch_ + (k < static_cast<size_t>(st.self_order) ? k : k - 1) * bytes;
-    BC_CHECK(reduce_into(acc, next, r.count, ctx_.dtype, ctx_.op, ctx_.mem));
+    BC_CHECK(reducer_.apply(acc, next, r.count));
   }
   if (ctx_.mem == BC_MEM_CUDA) return cuda_copy(mine, acc, bytes);
   std::memcpy(mine, acc, bytes);
@@ -130,6 +131,8 @@ Status Execution::reduce_in_member_order(const Step &st) {
 Status Execution::finish_step() {
   const Step &st = prog_.steps[step_];
   if (st.combine == Combine::Reduce) {
+    // Checked once, in the constructor; checked again only to report why.
+    if (reducer_status_ != BC_OK) return reducer_for(ctx_.dtype, ctx_.op, ctx_.mem, &reducer_);
     // In the order the plan lists them: a fixed order, so every run and every
     // rank combines each element the same way.
     if (st.self_order > 0) {
@@ -138,8 +141,7 @@ Status Execution::finish_step() {
       int64_t scratch_off = 0;
       for (const Xfer &x : st.recvs) {
         if (!untouched_.empty()) materialize(x.range);
-        BC_CHECK(reduce_into(work_ + x.range.offset * elem_, scratch_ + scratch_off * elem_, x.range.count,
-                             ctx_.dtype, ctx_.op, ctx_.mem));
+        BC_CHECK(reducer_.apply(work_ + x.range.offset * elem_, scratch_ + scratch_off * elem_, x.range.count));
         scratch_off += x.range.count;
       }
     }

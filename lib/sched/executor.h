@@ -12,6 +12,7 @@
 
 #include "blueconnect.h"
 #include "plan/plan.h"
+#include "reduce/reduce.h"
 #include "transports/transport.h"
 
 namespace bc {
@@ -67,6 +68,8 @@ class Execution {
 
   const Program &prog_;
   ExecContext ctx_;
+  Reducer reducer_;          // ctx_'s (dtype, op, mem), checked once here
+  Status reducer_status_;    // why reducer_ is unusable (the API checks first, so never in practice)
   unsigned char *work_;
   unsigned char *scratch_;
   const unsigned char *input_;

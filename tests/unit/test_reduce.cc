@@ -679,3 +679,39 @@ TEST_CASE("reduce_finish_avg", "[reduce]") {
   CHECK(bc::reduce_finish_avg(f, 4, BC_DTYPE_COUNT, 2, BC_MEM_HOST) == BC_ERR_INVALID_ARG);
   CHECK(f[0] == 0.5f);
 }
+
+TEST_CASE("Reducer: checked once, then the same bits as reduce_into", "[reduce]") {
+  std::mt19937_64 rng(777);
+  for (const auto &dt : kDtypes) {
+    for (int o = 0; o < BC_OP_COUNT; ++o) {
+      const auto op = static_cast<bc_op_t>(o);
+      INFO(dt.name << " " << kOpNames[o]);
+      bc::Reducer r;
+      if (!expect_supported(dt, op)) {
+        bc::clear_error();
+        CHECK(bc::reducer_for(dt.dtype, op, BC_MEM_HOST, &r) == BC_ERR_NOT_SUPPORTED);
+        CHECK_THAT(last_error(), Catch::Matchers::Contains("types only, not"));
+        continue;
+      }
+      REQUIRE(bc::reducer_for(dt.dtype, op, BC_MEM_HOST, &r) == BC_OK);
+      // Aligned and misaligned (the bounce path), across bounce chunks.
+      for (int64_t count : {int64_t(0), int64_t(1), int64_t(7), int64_t(5000)})
+        for (size_t shift : {size_t(0), size_t(1)}) {
+          const size_t bytes = static_cast<size_t>(count) * dt.size;
+          std::vector<unsigned char> src(bytes + 8), a(bytes + 8), b(bytes + 8);
+          for (auto &c : src) c = static_cast<unsigned char>(rng());
+          for (size_t i = 0; i < a.size(); ++i) a[i] = b[i] = static_cast<unsigned char>(rng());
+          const size_t at = dt.size > 1 ? shift : 0;
+          REQUIRE(bc::reduce_into(a.data() + at, src.data(), count, dt.dtype, op, BC_MEM_HOST) == BC_OK);
+          REQUIRE(r.apply(b.data() + at, src.data(), count) == BC_OK);
+          CHECK(a == b);
+        }
+    }
+  }
+  bc::Reducer unchecked;
+  float x = 1, y = 2;
+  CHECK(unchecked.apply(&x, &y, 1) == BC_ERR_INTERNAL);
+  CHECK(x == 1);
+  bc::Reducer r;
+  CHECK(bc::reducer_for(BC_FLOAT32, BC_SUM, static_cast<bc_memtype_t>(BC_MEM_COUNT), &r) == BC_ERR_INVALID_ARG);
+}
