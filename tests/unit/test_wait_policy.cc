@@ -27,33 +27,28 @@ void sleep_ms(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms
 }  // namespace
 
 TEST_CASE("wait policy: a rest once every spin_count idle polls; movement starts the spin over", "[wait]") {
+  // n idle polls: which of them (1-based) were rests.
+  auto rests = [](WaitPolicy &p, int n) {
+    std::vector<int> at;
+    for (int i = 1; i <= n; ++i)
+      if (p.idle()) at.push_back(i);
+    return at;
+  };
   WaitPolicy w(4);
   REQUIRE(w.moved(0));  // the first poll always counts as movement
-  for (int round = 0; round < 3; ++round) {
-    for (int i = 0; i < 3; ++i) {
-      REQUIRE_FALSE(w.rest_is_next());
-      REQUIRE_FALSE(w.moved(0));
-      REQUIRE_FALSE(w.idle());
-    }
-    REQUIRE(w.rest_is_next());
-    REQUIRE(w.idle());
-  }
-  // Two idle polls, then movement: the count starts over.
-  REQUIRE_FALSE(w.idle());
-  REQUIRE_FALSE(w.idle());
-  REQUIRE(w.moved(1));
-  REQUIRE_FALSE(w.idle());
-  REQUIRE_FALSE(w.idle());
-  REQUIRE_FALSE(w.idle());
-  REQUIRE(w.idle());
-  w.restart();
+  REQUIRE_FALSE(w.moved(0));
+  REQUIRE(rests(w, 11) == std::vector<int>{4, 8});
+  REQUIRE(w.rest_is_next());  // 3 idle polls since the last rest
+  REQUIRE(w.moved(1));        // movement: the count starts over
   REQUIRE_FALSE(w.rest_is_next());
+  REQUIRE(rests(w, 4) == std::vector<int>{4});
+  REQUIRE(rests(w, 2).empty());
+  w.restart();
+  REQUIRE(rests(w, 4) == std::vector<int>{4});
   // A spin count of 1 rests after every idle poll (the PMPI drain).
   WaitPolicy every(1);
-  for (int i = 0; i < 5; ++i) {
-    REQUIRE(every.rest_is_next());
-    REQUIRE(every.idle());
-  }
+  REQUIRE(every.rest_is_next());
+  REQUIRE(rests(every, 3) == std::vector<int>{1, 2, 3});
 }
 
 TEST_CASE("wait policy: a sleeper sleeps at most the cap, the liveness interval and the time left", "[wait]") {
