@@ -90,7 +90,8 @@ class WaitPolicy {
 
   // A rest: sleeps on `sleeper` (Transport::idle_wait) for at most cap_ms, the
   // liveness interval and the time left before the timeout; without one,
-  // yields the core. A sleeper's failure is returned.
+  // yields the core. A sleeper's failure is returned. (A template: the
+  // sleeper is a Transport, which core may not include.)
   template <class Sleeper>
   Status rest(Sleeper *sleeper, int64_t cap_ms = kRestCapMs) {
     if (!sleeper) {
