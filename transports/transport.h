@@ -69,6 +69,16 @@ class Transport {
   // teardown) go through WaitPolicy::poll_until.
   virtual bool can_sleep() const { return false; }
   virtual Status idle_wait(int timeout_ms) { (void)timeout_ms; return BC_OK; }
+  // A clean destroy's last step (comm_destroy): what must be finished before
+  // this process may stop calling the transport. UCX flushes its endpoints,
+  // and a flush can need the peer's progress, so every rank keeps polling
+  // until all are done. quiesce_start() posts it; quiesce_poll() progresses
+  // the transport (our part and what peers need from us) and returns true
+  // once this rank's part is done. needs_quiesce() must be the same on every
+  // rank: it depends only on the transport existing, which creation agrees.
+  virtual bool needs_quiesce() const { return false; }
+  virtual void quiesce_start() {}
+  virtual bool quiesce_poll() { return true; }
 };
 
 // The tag every transport carries whole: bits 0-19 are the program's (stage

@@ -111,9 +111,10 @@ Status time_program(bc_comm *c, const std::shared_ptr<const Program> &prog, int 
 Status run_trial(bc_comm *c, const Trial &t, std::vector<float> *buf, double *seconds) {
   const Hierarchy one = t.stage < c->hier.stages.size() ? single_stage(c->hier, t.stage) : c->hier_flat;
   auto prog = std::make_shared<Program>();
-  const std::vector<Algo> algos{t.algo == Algo::Rd ? Algo::Auto : t.algo};
-  BC_CHECK(build_program(one, c->rank, CollKind::Allreduce, t.count, Algo::Auto, false, prog.get(),
-                         t.algo == Algo::Rd ? Top::Rd : Top::Split, &algos));
+  // A whole-top algorithm (rd) is timed through its `top`, a stage algorithm forced on the stage.
+  const Top top = algo_find(t.algo)->top;
+  const std::vector<Algo> algos{top != Top::Split ? Algo::Auto : t.algo};
+  BC_CHECK(build_program(one, c->rank, CollKind::Allreduce, t.count, Algo::Auto, false, prog.get(), top, &algos));
   return time_program(c, prog, t.count == kLarge ? kLargeBackToBack : kSmallBackToBack, buf, seconds);
 }
 
@@ -127,7 +128,7 @@ Status calibrate_plans(bc_comm *c, CostModel *m) {
   for (Hierarchy::Shape shape : {Hierarchy::Shape::Split, Hierarchy::Shape::Leader}) {
     const Hierarchy &h = hierarchy_for(c, shape);
     // The whole-range top: rd where it can run, else the one-step exchange.
-    const Top whole = rd_serves(h.stages.back().owners) ? Top::Rd : Top::All;
+    const Top whole = top_whole(Top::Rd, h.stages.back().owners) ? Top::Rd : Top::All;
     for (Top top : {Top::Split, whole}) {
       if (!top_whole(top, h.stages.back().owners) && top != Top::Split) continue;
       PlanFit f;
@@ -176,10 +177,10 @@ Status calibrate(bc_comm *c, CostModel *out) {
   for (size_t s = 0; s < nstages; ++s) {
     const int q = trial_stage(c, s).owners;
     const bool top = s + 1 >= h.stages.size();  // the split's top stage, or the flat one
-    std::vector<Algo> algos{Algo::Ring};
-    if (q > 2) algos.push_back(Algo::Rhd);  // at q = 2 rhd is the ring
-    if (top && rd_serves(q)) algos.push_back(Algo::Rd);
-    for (Algo a : algos) trials.push_back({s, a, kSmallPerOwner * q}), trials.push_back({s, a, kLarge});
+    for (const AlgoImpl *impl : algorithms()) {
+      if (!impl->calibrated || !impl->calibrated(q, top)) continue;
+      trials.push_back({s, impl->id, kSmallPerOwner * q}), trials.push_back({s, impl->id, kLarge});
+    }
   }
   std::vector<float> buf;
   // One untimed run per stage first: connections are set up on first use.
@@ -202,6 +203,7 @@ Status calibrate(bc_comm *c, CostModel *out) {
     const CostFit fit = fit_stage(stage_shape(small.algo, sg.owners, sg.max_members()), small.count * 4.0,
                                   pick(i), large.count * 4.0, pick(i + 1));
     out->fits[{sg.level, small.algo}] = fit;
+    // At q <= 2 rhd is the ring (its entry is not timed there): the same fit.
     if (small.algo == Algo::Ring && sg.owners <= 2) out->fits[{sg.level, Algo::Rhd}] = fit;
   }
   out->source = "calibrated";

@@ -45,6 +45,10 @@ struct bc_comm {
   ~bc_comm();  // stops the progress thread first
   uint64_t magic = 0;
   MPI_Comm mpi = MPI_COMM_NULL;  // private duplicate: our traffic never meets the caller's
+  // A second one, for nothing but destroy's closing barrier (comm_setup.cc,
+  // quiesce_transports), so that barrier never pairs with a collective some
+  // rank abandoned on `mpi`. Only when a transport needs the quiesce (UCX).
+  MPI_Comm mpi_close = MPI_COMM_NULL;
   int rank = 0;
   int size = 0;
   bc::ParamSet params;

@@ -8,11 +8,13 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <sched.h>
 #include <unistd.h>
 
 #include "api/progress_thread.h"
 #include "core/log.h"
 #include "sched/liveness.h"
+#include "sched/operation.h"
 #include "topo/detect.h"
 
 namespace bc {
@@ -137,6 +139,9 @@ Status comm_setup(bc_comm *c, double dup_ms) {
   BC_CHECK(plan_rules_parse(c->params.get_str(ParamId::Plan), &c->plan_rules));
   const auto t1 = std::chrono::steady_clock::now();
   BC_CHECK(agree_status(c->mpi, select_transports(c), "transport selection"));
+  bool quiesce = false;
+  for (auto &t : c->transports) quiesce = quiesce || t->needs_quiesce();  // the same on every rank
+  if (quiesce) BC_MPI_CHECK(MPI_Comm_dup(c->mpi, &c->mpi_close));
   const double transports_ms = ms_since(t1);
   // Its status is the same on every rank already (it fails only where MPI does).
   BC_CHECK(Liveness::create(transport_setup(c), &c->liveness));
@@ -193,6 +198,7 @@ Status comm_create(MPI_Comm comm, const char *options, bc_comm **out) {
     trail(st, __FILE__, __LINE__);
     c->progress.reset();
     c->transports.clear();
+    if (c->mpi_close != MPI_COMM_NULL) BC_MPI_WARN(MPI_Comm_free(&c->mpi_close));
     BC_MPI_WARN(MPI_Comm_free(&c->mpi));
     return st;
   }
@@ -201,6 +207,82 @@ Status comm_create(MPI_Comm comm, const char *options, bc_comm **out) {
   *out = c.release();
   return BC_OK;
 }
+
+namespace {
+
+// A destroy's quiesce (Transport::quiesce_start): every rank polls its
+// transports until its own part is done, then joins a non-blocking barrier and
+// keeps polling until every rank has joined. So no rank stops serving the
+// transports while a peer's flush still needs it (without this, the last rank
+// to finish waited out UCX's flush bound on every destroy: 100 ms of a later
+// communicator's 135 ms on layout a). Collective, as bc_comm_destroy is
+// documented to be; a late peer is waited for (BC_TIMEOUT), a dead one ends
+// the wait with a warning that names it.
+//
+// The barrier runs on c->mpi_close, which carries nothing else, and every
+// rank posts it, a broken communicator's too: on c->mpi a barrier paired with
+// argument agreements that timed-out ranks had abandoned (mpi_np5_ucx: every
+// rank waited out BC_TIMEOUT), and a rank that skipped it let MPI free and
+// reuse the context id while its peers' barrier messages were on the way
+// (Open MPI crashed in the next MPI_Comm_dup). Returns false when the wait was
+// given up: the barrier stays posted (a collective request cannot be
+// cancelled) and mpi_close must not be freed, so that its context id is never
+// reused under it.
+bool quiesce_transports(bc_comm *c) {
+  std::vector<Transport *> quiescing;
+  for (auto &t : c->transports)
+    if (t->needs_quiesce()) quiescing.push_back(t.get());
+  if (quiescing.empty() || c->mpi_close == MPI_COMM_NULL) return true;
+  MPI_Request barrier = MPI_REQUEST_NULL;
+  if (c->liveness && !c->liveness->dead().empty()) {  // posted for the living peers' sake, not waited for
+    BC_MPI_WARN(MPI_Ibarrier(c->mpi_close, &barrier));
+    return false;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  for (Transport *t : quiescing) t->quiesce_start();
+  IdleTracker idle(c->params.get_int(ParamId::SpinCount), c->params.get_int(ParamId::Timeout));
+  bool joined = false;
+  auto give_up = [&]() {
+    if (!joined) BC_MPI_WARN(MPI_Ibarrier(c->mpi_close, &barrier));
+    return false;
+  };
+  for (;;) {
+    bool mine_done = true;
+    for (Transport *t : quiescing) mine_done = t->quiesce_poll() && mine_done;
+    if (mine_done && !joined) {
+      if (MPI_Ibarrier(c->mpi_close, &barrier) != MPI_SUCCESS) {
+        BC_WARN(Transport, "destroy: MPI_Ibarrier failed; leaving without waiting for the peers' flushes");
+        return false;
+      }
+      joined = true;
+    }
+    if (joined) {
+      int complete = 0;
+      if (MPI_Test(&barrier, &complete, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
+        BC_WARN(Transport, "destroy: MPI_Test on the closing barrier failed; leaving without waiting");
+        return false;
+      }
+      if (complete) break;
+    }
+    if (!idle.should_rest()) continue;
+    sched_yield();
+    if (idle.timed_out()) {
+      BC_WARN(Transport, "destroy: not every rank reached bc_comm_destroy within %lld ms (BC_TIMEOUT); leaving "
+              "without waiting for them", static_cast<long long>(c->params.get_int(ParamId::Timeout)));
+      return give_up();
+    }
+    if (c->liveness && idle.liveness_due(c->liveness->interval_ms()) && c->liveness->check()) {
+      const std::vector<int> &dead = c->liveness->dead();
+      BC_WARN(Transport, "destroy: %s died (%s) before reaching bc_comm_destroy; the other ranks leave without it",
+              c->liveness->who(dead[0]).c_str(), c->liveness->how(dead[0]));
+      return give_up();
+    }
+  }
+  BC_DEBUGLOG(Transport, "destroy: rank %d quiesced its transports in %.1f ms", c->rank, ms_since(t0));
+  return true;
+}
+
+}  // namespace
 
 Status comm_destroy(bc_comm *comm) {
   BC_CHECK(comm_check(comm));
@@ -211,6 +293,7 @@ Status comm_destroy(bc_comm *comm) {
   comm->magic = 0;
   const auto t0 = std::chrono::steady_clock::now();
   comm->progress.reset();  // joins the thread: nothing uses the transports after this
+  const bool quiesced = quiesce_transports(comm);
   comm->dev_transports.clear();  // they wrap the host transports: first
   comm->dev_pool.clear();
   comm->host_pool.clear();
@@ -220,6 +303,7 @@ Status comm_destroy(bc_comm *comm) {
   comm->liveness.reset();  // its TCP watch connections stay with the process until bc_finalize
   // Local in Open MPI 4.1 (no synchronisation): safe after a peer died.
   const double transports_ms = ms_since(t0);
+  if (comm->mpi_close != MPI_COMM_NULL && quiesced) BC_MPI_WARN(MPI_Comm_free(&comm->mpi_close));
   const int rc = comm->mpi != MPI_COMM_NULL ? MPI_Comm_free(&comm->mpi) : MPI_SUCCESS;
   if (comm->rank == 0 && log_enabled(LogLevel::Info, LogSys::Init))
     BC_INFO(Init, "communicator of %d ranks destroyed in %.1f ms (rank 0): transports %.1f", comm->size,

@@ -123,7 +123,9 @@ BC_API bc_status_t bc_comm_create(MPI_Comm comm, bc_comm_t *out);
  * "BC_TOPO=2x2;BC_TRANSPORT=mpi". Keys are the BC_* parameter names. NULL or
  * "" means none. Every rank must pass the same string. */
 BC_API bc_status_t bc_comm_create_with(MPI_Comm comm, const char *options, bc_comm_t *out);
-/* Collective. Sets *comm to NULL. */
+/* Collective. Sets *comm to NULL. Across nodes (UCX) every rank returns only
+ * once every rank has reached it, so that none stops serving a peer's last
+ * flush; a late rank is waited for up to BC_TIMEOUT, a dead one is not. */
 BC_API bc_status_t bc_comm_destroy(bc_comm_t *comm);
 BC_API bc_status_t bc_comm_rank(bc_comm_t comm, int *rank);
 BC_API bc_status_t bc_comm_size(bc_comm_t comm, int *size);

@@ -37,7 +37,26 @@ struct Fold {
   }
 };
 
+// Any group: a power of two runs the classic halving, the others fold first.
+bool rhd_serves(int q) { return q >= 1; }
+
+// Auto takes rhd only where no fold is needed: folding a group of 3 costs more
+// steps and bytes than its ring.
+bool rhd_auto_serves(int q) { return is_power_of_two(q); }
+
+// A power of two: log2 q steps each way, the ring's bytes. Other q: the fold's
+// pairs in and out add 2 steps each way and about B + B/q bytes (a core with a
+// partner hands its block back after the halving, and all of B at the end).
+// The fold's units hold one block or two, so the halving is uneven and the
+// busiest rank sends up to B/4 more than this (q = 10..12; tests/unit/test_algo.cc).
+StageShape rhd_shape(int q) {
+  if (is_power_of_two(q)) return {2 * floor_log2(q), 2 * share_sent(q), false};
+  const int qp = 1 << static_cast<int>(floor_log2(q));
+  return {2 * floor_log2(q) + 4, 2.0 * (qp - 1) / qp + 1 + 1.0 / q, false};
+}
+
 Status rhd_reduce_scatter(const GroupCtx &ctx, std::vector<Step> *out) {
+  if (!rhd_serves(owners_of(ctx))) return refuse("rhd", ctx);
   const Fold f(owners_of(ctx));
   const int i = ctx.me;
   const auto &m = *ctx.members;
@@ -84,6 +103,7 @@ Status rhd_reduce_scatter(const GroupCtx &ctx, std::vector<Step> *out) {
 }
 
 Status rhd_all_gather(const GroupCtx &ctx, std::vector<Step> *out) {
+  if (!rhd_serves(owners_of(ctx))) return refuse("rhd", ctx);
   const Fold f(owners_of(ctx));
   const int i = ctx.me;
   const auto &m = *ctx.members;
@@ -122,8 +142,23 @@ Status rhd_all_gather(const GroupCtx &ctx, std::vector<Step> *out) {
 
 }  // namespace
 
-const AlgoImpl kAlgoRhd = {Algo::Rhd, "rhd",
-                           "recursive halving / doubling, log2(q) steps; other q fold pairs into a power of two",
-                           rhd_reduce_scatter, rhd_all_gather};
+const AlgoImpl kAlgoRhd = [] {
+  AlgoImpl a;
+  a.id = Algo::Rhd;
+  a.name = "rhd";
+  a.description = "recursive halving / doubling, log2(q) steps; other q fold pairs into a power of two";
+  a.serves = rhd_serves;
+  a.shape = rhd_shape;
+  a.reduce_scatter = rhd_reduce_scatter;
+  a.all_gather = rhd_all_gather;
+  // Auto's first choice inside the node (level 1, and the flat shape's level
+  // 0): fewest steps over fast memory. Not above: see the ring's entry.
+  a.auto_max_level = 1;
+  a.auto_rank = 1;
+  a.auto_serves = rhd_auto_serves;
+  // At q = 2 rhd is the ring; calibration gives it the ring's fit there.
+  a.calibrated = [](int q, bool) { return q > 2; };
+  return a;
+}();
 
 }  // namespace bc

@@ -8,12 +8,6 @@
 namespace bc {
 namespace {
 
-double log2i(int q) {
-  double s = 0;
-  for (int v = q; v > 1; v >>= 1) s += 1;
-  return s;
-}
-
 // A fold is one message per step: the level's smallest fitted alpha prices it.
 const CostFit *cheapest_step(const CostModel &m, int level) {
   const CostFit *best = nullptr;
@@ -22,11 +16,11 @@ const CostFit *cheapest_step(const CostModel &m, int level) {
   return best;
 }
 
-// An algorithm's name in the model file: algo_name's, "rd" included (which
-// algo_parse, for BC_ALGO, does not accept).
+// An algorithm's name in the model file: any registry entry's, rd and all
+// included (which algo_parse, for BC_ALGO, does not accept).
 bool fit_parse(const std::string &s, Algo *a) {
-  for (Algo x : {Algo::Ring, Algo::Rhd, Algo::Direct, Algo::Rd, Algo::All})
-    if (s == algo_name(x)) { *a = x; return true; }
+  for (const AlgoImpl *impl : algorithms())
+    if (s == impl->name) { *a = impl->id; return true; }
   return false;
 }
 
@@ -45,37 +39,22 @@ const PlanFit *CostModel::find_plan(Hierarchy::Shape shape, Top top, int64_t byt
 }
 
 namespace {
-// The fit that prices `a` at `level`. Calibration does not time All (one more
-// trial per level would lengthen every communicator's creation): its one step
-// sends the whole range to each other owner, as an rd step sends it to one,
-// so it borrows rd's per-step and per-byte costs, or the ring's where rd
-// cannot run (q not a power of two). A model file may give it its own line.
+// The fit that prices `a` at `level`: its own, else those of the algorithms its
+// entry borrows from (AlgoImpl::priced_as: all, which calibration does not time).
 const CostFit *fit_for(const CostModel &m, int level, Algo a) {
   const CostFit *f = m.find(level, a);
-  if (!f && a == Algo::All) f = m.find(level, Algo::Rd);
-  if (!f && a == Algo::All) f = m.find(level, Algo::Ring);
+  const AlgoImpl *impl = algo_find(a);
+  for (int k = 0; k < 2 && !f && impl; ++k)
+    if (impl->priced_as[k] != Algo::Auto) f = m.find(level, impl->priced_as[k]);
   return f;
 }
 }  // namespace
 
 StageShape stage_shape(Algo algo, int q, int m) {
-  StageShape s;
-  const double f = q > 0 ? static_cast<double>(q - 1) / q : 0;
-  switch (algo) {
-    case Algo::Ring: s = {2.0 * (q - 1), 2 * f, q >= 1}; break;
-    case Algo::Rhd:
-      if (is_power_of_two(q)) {
-        s = {2 * log2i(q), 2 * f, true};
-      } else {  // the fold: pairs in and out around the halving of the power of two below q
-        const int qp = 1 << static_cast<int>(log2i(q));
-        s = {2 * log2i(q) + 4, 2.0 * (qp - 1) / qp + 1 + 1.0 / q, q > 2};
-      }
-      break;
-    case Algo::Direct: s = {2.0, 2 * f, q >= 1}; break;
-    case Algo::Rd: s = {log2i(q), log2i(q), is_power_of_two(q)}; break;
-    case Algo::All: s = {1.0, static_cast<double>(q - 1), q > 1}; break;
-    default: return s;
-  }
+  const AlgoImpl *impl = algo_find(algo);
+  if (!impl) return StageShape{};  // Auto: the caller picks per stage
+  StageShape s = impl->shape(q);
+  s.ok = impl->serves(q);
   if (m > q && q > 0) {  // the extras' fold in and result out
     s.steps += 2;
     s.bytes_per_b += 2.0 * ((m - q + q - 1) / q);
@@ -115,7 +94,7 @@ Prediction predict(const Hierarchy &h, const CostModel &m, const PlanChoice &cho
     const bool top = s + 1 == h.stages.size();
     Algo a = choice.algo;
     if (s < choice.stage_algos.size() && choice.stage_algos[s] != Algo::Auto) a = choice.stage_algos[s];
-    if (top && top_whole(choice.top, q)) a = choice.top == Top::Rd ? Algo::Rd : Algo::All;
+    if (top && top_whole(choice.top, q)) a = algo_for_top(choice.top)->id;
     if (q == 1) a = Algo::Ring;  // the leader shape below the top: only the fold
     if (a == Algo::Auto) return p;  // the caller picks per stage
     const StageShape shape = stage_shape(a, q, mm);
@@ -156,8 +135,10 @@ PlanChoice model_stage_algos(const Hierarchy &h, const CostModel &m, PlanChoice 
     // while the fits predicted the opposite; allowing rhd only for small stage
     // inputs made the model cut large buffers into small chunks to keep it.
     // Small buffers get the top stage as recursive doubling instead.
+    // Tried in registry order, where the ring comes first: rhd must be clearly faster.
     const std::vector<Algo> allowed = auto_candidates(sg.level);
-    for (Algo a : {Algo::Ring, Algo::Rhd}) {  // the ring first: rhd must be clearly faster
+    for (const AlgoImpl *impl : algorithms()) {
+      const Algo a = impl->id;
       if (std::find(allowed.begin(), allowed.end(), a) == allowed.end()) continue;
       const StageShape shape = stage_shape(a, q, mm);
       const CostFit *fit = m.find(sg.level, a);

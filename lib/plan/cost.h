@@ -7,11 +7,12 @@
 // (a node's NIC, the memory bus) and what the algorithm's pattern costs (the
 // ring streams to one neighbour; rhd switches partners every step).
 //
-// One stage of q owners (m members, so m - q extras fold in) on B bytes:
+// One stage of q owners (m members, so m - q extras fold in) on B bytes costs
+// what its algorithm's registry entry says (AlgoImpl::shape, checked against
+// the built Programs by tests/unit/test_algo.cc), for instance
 //   ring      RS+AG: 2(q-1) steps, 2(q-1)/q * B bytes
-//   rhd       RS+AG: 2 log2 q steps, 2(q-1)/q * B bytes (power-of-two q;
-//             other q fold pairs first: 4 more steps, about B more bytes)
 //   rd (top)  the stage's whole all-reduce: log2 q steps, log2 q * B bytes
+// plus
 //   fold      extras in and out: 2 steps, 2 ceil((m-q)/q) * B bytes; with one
 //             owner (the leader shape below the top) only the fold moves data,
 //             priced with the level's cheapest step (the smallest alpha fitted)
@@ -34,6 +35,7 @@
 #include <utility>
 #include <vector>
 
+#include "plan/algo.h"
 #include "plan/plan.h"
 #include "plan/rules.h"
 
@@ -76,12 +78,9 @@ struct CostModel {
 };
 
 // Steps and bytes (as a multiple of the stage's input B) of one stage's RS+AG
-// (or rd all-reduce) with `algo` over q owners and m members.
-struct StageShape {
-  double steps = 0;
-  double bytes_per_b = 0;
-  bool ok = false;  // the algorithm can serve q owners
-};
+// (or whole all-reduce) with `algo` over q owners and m members: the
+// algorithm's own (its registry entry's shape, plan/algo.h) plus the extras'
+// fold.
 StageShape stage_shape(Algo algo, int q, int m);
 
 // Fits alpha and beta from two timings of one stage: t0 at b0 bytes, t1 at b1 > b0.

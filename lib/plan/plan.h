@@ -23,19 +23,19 @@
 
 namespace bc {
 
-// Rd and All are all-reduces of the top stage as a whole, RS and AG in one
-// (see Top): Rd (recursive doubling) in log2(q) exchanges of the full range
-// with one partner, All in one step that sends the full range to each of the
-// q-1 others; BC_ALGO cannot force them per stage.
+// The algorithms' ids. Each one but Auto has an entry in the registry
+// (plan/algo.h), which says what it is: Ring, Rhd and Direct run any stage; Rd
+// and All run the top stage's whole all-reduce (see Top), and BC_ALGO cannot
+// force them per stage. Auto is no algorithm: the plan picks one per group.
+// The values are stable: the plan cache's key packs them (plan_choice_algo_key).
 enum class Algo : uint8_t { Auto = 0, Ring, Rhd, Direct, Rd, All };
 const char *algo_name(Algo a);
+// BC_ALGO's values: auto and the stage algorithms.
 Status algo_parse(const std::string &text, Algo *out);
 
 enum class CollKind : uint8_t { Allreduce = 0, ReduceScatter, Allgather };
 
 inline bool is_power_of_two(int q) { return q > 0 && (q & (q - 1)) == 0; }
-// Recursive doubling can run a top stage of q owners: a power of two above one.
-inline bool rd_serves(int q) { return q > 1 && is_power_of_two(q); }
 
 // How the top stage runs: reduce-scatter then all-gather (Split, BlueConnect's
 // stages), or as one whole-range all-reduce among its owners: Rd (a power of
@@ -43,8 +43,9 @@ inline bool rd_serves(int q) { return q > 1 && is_power_of_two(q); }
 // one wait for the slowest owner instead of log2 q of them).
 enum class Top : uint8_t { Split = 0, Rd, All };
 const char *top_name(Top t);
-// Whether `t` runs a top stage of q owners whole (Split never does).
-inline bool top_whole(Top t, int q) { return t == Top::Rd ? rd_serves(q) : t == Top::All && q > 1; }
+// Whether `t` runs a top stage of q owners whole: its registry entry serves q
+// and there is more than one owner (Split never does).
+bool top_whole(Top t, int q);
 
 struct StageGroups {
   int level = 0;   // 1-based topology level
@@ -123,24 +124,6 @@ struct GroupCtx {
   uint32_t tag_base;                // tags tag_base .. tag_base + 4095 are this stage's
   int stage;
 };
-
-// One algorithm: reduce-scatter among `owners` (owner j ends with sub_block(range,
-// q, j) reduced) and the matching all-gather. NotSupported when its
-// preconditions fail.
-struct AlgoImpl {
-  Algo id;
-  const char *name;
-  const char *description;
-  Status (*reduce_scatter)(const GroupCtx &ctx, std::vector<Step> *out);
-  Status (*all_gather)(const GroupCtx &ctx, std::vector<Step> *out);
-};
-// The algorithms auto may take at a topology level (level 0: the flat shape),
-// in order of preference. The cost model chooses among the same.
-std::vector<Algo> auto_candidates(int level);
-
-extern const AlgoImpl kAlgoRing;
-extern const AlgoImpl kAlgoRhd;
-extern const AlgoImpl kAlgoDirect;
 
 // Builds rank `rank`'s program. `algo` Auto picks per group; a forced algorithm
 // that cannot serve a group fails with BC_ERR_NOT_SUPPORTED.

@@ -12,30 +12,11 @@
 
 namespace bc {
 
-// Auto fits each level's fabric: inside the node (level 1) recursive halving
-// and doubling (fewest steps over fast memory); above it the ring, whose
-// steady neighbour-to-neighbour stream kept 250 Mbit/s links 10-17% busier than
-// rhd's halving exchanges on the simulated 4-node cluster (docs/BENCHMARKS.md);
-// the cost model, which chooses among these, measured the same (lib/plan/cost.cc).
-std::vector<Algo> auto_candidates(int level) {
-  if (level > 1) return {Algo::Ring};
-  return {Algo::Rhd, Algo::Ring};
-}
-
 namespace {
 
 constexpr uint32_t kRedistributeTag = 0xFF000;
 
 uint32_t tag_base(int stage, int phase) { return static_cast<uint32_t>((2 * stage + phase) << 12); }
-
-const AlgoImpl *algo_impl(Algo a) {
-  switch (a) {
-    case Algo::Ring: return &kAlgoRing;
-    case Algo::Rhd: return &kAlgoRhd;
-    case Algo::Direct: return &kAlgoDirect;
-    default: return nullptr;  // Auto, and Rd which is not a per-stage algorithm
-  }
-}
 
 // Candidates in order of preference; the first whose preconditions hold runs.
 std::vector<Algo> candidates(Algo forced, int level) {
@@ -55,37 +36,13 @@ struct Builder {
   Top top = Top::Split;   // asked for the top stage whole (an all-reduce)
   bool top_full = false;  // ... and it applies: the top owners hold the whole range
 
-  // Recursive doubling among the top stage's owners (a power of two).
-  void recursive_doubling(int s, const std::vector<int> &owners, int me, const Range &range) {
-    const int q = static_cast<int>(owners.size());
-    uint32_t sub = 1;
-    for (int d = 1; d < q; d <<= 1, ++sub) {
-      Step st;
-      st.tag = tag_base(s, 0) + sub;
-      st.stage = s;
-      st.combine = Combine::Reduce;
-      add_send(&st, owners[me ^ d], range);
-      add_recv(&st, owners[me ^ d], range);
-      prog->steps.push_back(std::move(st));
-    }
-    prog->stage_algos[s] = Algo::Rd;
-  }
-
-  // One step among the top stage's owners: each sends its whole range to every
-  // other and combines the q copies in owner order (Step::self_order).
-  void exchange_all(int s, const std::vector<int> &owners, int me, const Range &range) {
-    Step st;
-    st.tag = tag_base(s, 0) + 1;
-    st.stage = s;
-    st.combine = Combine::Reduce;
-    for (int j = 0; j < static_cast<int>(owners.size()); ++j) {
-      if (j == me) continue;
-      add_send(&st, owners[j], range);
-      add_recv(&st, owners[j], range);
-    }
-    st.self_order = range.count > 0 ? me : 0;
-    prog->steps.push_back(std::move(st));
-    prog->stage_algos[s] = Algo::All;
+  // The top stage's whole all-reduce by the entry `top` selects (rd or all).
+  Status run_whole(int s, const std::vector<int> &owners, int me, const Range &range) {
+    const AlgoImpl *impl = algo_for_top(top);
+    GroupCtx ctx{&owners, me, range, tag_base(s, 0), s};
+    BC_CHECK(impl->all_reduce(ctx, &prog->steps));
+    prog->stage_algos[s] = impl->id;
+    return BC_OK;
   }
 
   // My group at stage s: the owners' ranks, my index, the range.
@@ -106,12 +63,12 @@ struct Builder {
     if (stage_algos && s < static_cast<int>(stage_algos->size()) && (*stage_algos)[s] != Algo::Auto)
       forced = (*stage_algos)[s];
     for (Algo a : candidates(forced, h.stages[s].level)) {
-      // Auto takes rhd only where no fold is needed: folding a group of 3
-      // costs more steps and bytes than its ring.
+      const AlgoImpl *impl = algo_find(a);
+      if (!impl || !impl->reduce_scatter)  // Rd and All run the top stage whole, never one stage
+        return BC_FAIL(BC_ERR_NOT_SUPPORTED, "%s is not a per-stage algorithm", algo_name(a));
       const int q = static_cast<int>(owners.size());
-      if (forced == Algo::Auto && a == Algo::Rhd && !is_power_of_two(q)) continue;
+      if (forced == Algo::Auto && impl->auto_serves && !impl->auto_serves(q)) continue;
       std::vector<Step> steps;
-      const AlgoImpl *impl = algo_impl(a);
       Status st = phase == 0 ? impl->reduce_scatter(ctx, &steps) : impl->all_gather(ctx, &steps);
       if (st == BC_ERR_NOT_SUPPORTED && forced == Algo::Auto) { clear_error(); continue; }
       BC_CHECK(st);
@@ -150,8 +107,7 @@ struct Builder {
       const bool top = s + 1 == static_cast<int>(h.stages.size());
       if (top && top_whole(this->top, q)) {
         top_full = true;
-        if (this->top == Top::Rd) recursive_doubling(s, owners, me, range);
-        else exchange_all(s, owners, me, range);
+        BC_CHECK(run_whole(s, owners, me, range));
         continue;
       }
       BC_CHECK(run_algo(s, 0, owners, me, range));
@@ -213,21 +169,6 @@ struct Builder {
 };
 
 }  // namespace
-
-const char *top_name(Top t) { return t == Top::Rd ? "rd" : t == Top::All ? "all" : "split"; }
-
-const char *algo_name(Algo a) {
-  if (a == Algo::Rd) return "rd";
-  if (a == Algo::All) return "all";
-  const AlgoImpl *impl = algo_impl(a);
-  return impl ? impl->name : "auto";
-}
-
-Status algo_parse(const std::string &text, Algo *out) {
-  for (Algo a : {Algo::Auto, Algo::Ring, Algo::Rhd, Algo::Direct})
-    if (text == algo_name(a)) { *out = a; return BC_OK; }
-  return BC_FAIL(BC_ERR_PARAM, "unknown algorithm '%s'; expected auto, ring, rhd or direct", text.c_str());
-}
 
 Status build_program(const Hierarchy &h, int rank, CollKind kind, int64_t count, Algo algo,
                      bool average, Program *out, Top top, const std::vector<Algo> *stage_algos) {

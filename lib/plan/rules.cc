@@ -3,6 +3,7 @@
 #include <sstream>
 
 #include "core/params.h"
+#include "plan/algo.h"
 
 namespace bc {
 namespace {
@@ -58,7 +59,7 @@ Status plan_rules_parse(const std::string &text, std::vector<PlanRule> *out) {
           Algo a;
           if (algo_parse(trim(one), &a) != BC_OK) {
             clear_error();
-            return bad(text, "algo '" + one + "' is not auto, ring, rhd or direct");
+            return bad(text, "algo '" + one + "' is not " + algo_choices());
           }
           algos.push_back(a);
         }

@@ -240,6 +240,15 @@ void bounced(void *dst, const void *src, int64_t count, size_t size, Fn fn) {
   }
 }
 
+// The host kernel on checked arguments: through aligned bounce chunks when
+// either pointer is not aligned to the element (reduce_into, Reducer::apply).
+void run_kernel(void *dst, const void *src, int64_t count, bc_dtype_t dtype, Kernel k) {
+  if (misaligned(dst, dtype) || misaligned(src, dtype))
+    bounced(dst, src, count, kDtypeSize[dtype], k);
+  else
+    k(dst, src, count);
+}
+
 // Shared argument checks of reduce_into and reduce_finish_avg.
 Status check_buffer(const void *p, const char *what, int64_t count, bc_memtype_t mem) {
   if (count < 0) return BC_FAIL(BC_ERR_INVALID_ARG, "negative count %lld", (long long)count);
@@ -301,11 +310,7 @@ Status reduce_into(void *dst, const void *src, int64_t count, bc_dtype_t dtype, 
   const uintptr_t bytes = uintptr_t(count) * kDtypeSize[dtype];
   if (d != s && d < s + bytes && s < d + bytes)
     return BC_FAIL(BC_ERR_INVALID_ARG, "dst and src overlap without being equal");
-  const Kernel k = kTable[dtype][op];
-  if (misaligned(dst, dtype) || misaligned(src, dtype))
-    bounced(dst, src, count, kDtypeSize[dtype], k);
-  else
-    k(dst, src, count);
+  run_kernel(dst, src, count, dtype, kTable[dtype][op]);
   return BC_OK;
 }
 
@@ -334,11 +339,7 @@ Status Reducer::apply(void *dst, const void *src, int64_t count) const {
   if (mem == BC_MEM_CUDA) return reduce_into_cuda(dst, src, count, dtype, op);
 #endif
   if (kernel == nullptr) return BC_FAIL(BC_ERR_INTERNAL, "reduction used before reducer_for() checked it");
-  if (count <= 0) return BC_OK;
-  if (misaligned(dst, dtype) || misaligned(src, dtype))
-    bounced(dst, src, count, kDtypeSize[dtype], kernel);
-  else
-    kernel(dst, src, count);
+  if (count > 0) run_kernel(dst, src, count, dtype, kernel);
   return BC_OK;
 }
 

@@ -29,14 +29,8 @@ case $layout in
   oversub) up=("${base[@]}" --racks 2 --trunk-bw 250mbit); groups=(rack0 rack0 rack1 rack1) ;;
   *) echo "unknown layout '$layout'"; exit 2 ;;
 esac
-if ! reason=$("$sc" check 2>&1); then
-  echo "skipped: cannot make a simulated cluster here: $reason"
-  exit 77
-fi
-dir=$(mktemp -d /tmp/bc-discsim.XXXXXX)
-trap '"$sc" down >/dev/null 2>&1; rm -rf "$dir"' EXIT
-"$sc" down >/dev/null 2>&1
-"$sc" up "${up[@]}" || { echo "simcluster up failed"; exit 1; }
+. "$(dirname "$0")/sim_common.sh"
+sim_up discsim "${up[@]}"
 for i in 1 2 3 4; do echo "sim-n$i ${groups[$((i - 1))]}"; done > "$dir/expected.txt"
 also=()
 if [ "$layout" = oversub ]; then
@@ -51,7 +45,5 @@ forward=(-x "BC_DEBUG=${BC_DEBUG:-TOPO}")
 "$sc" run --mca pml ob1 --mca btl_tcp_links 2 -x BC_CACHE_DIR="$dir/cache" "${forward[@]}" \
   -np 8 "$prog" "$dir/expected.txt" "$creations" "${also[@]}"
 rc=$?
-"$sc" down || { echo "simcluster down left something behind"; exit 1; }
-trap - EXIT
-rm -rf "$dir"
+sim_down
 exit $rc

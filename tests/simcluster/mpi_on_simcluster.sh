@@ -10,17 +10,11 @@ sc=$1 tests=$2 xml=$3
 shift 3
 # BC_SIMCLUSTER_TEST_PREFIX / _STATE: for engineers whose suites run at once.
 export BC_SIMCLUSTER_PREFIX=${BC_SIMCLUSTER_TEST_PREFIX:-bctest} BC_SIMCLUSTER_STATE=${BC_SIMCLUSTER_TEST_STATE:-/run/bc-simcluster-test}
-if ! reason=$("$sc" check 2>&1); then
-  echo "skipped: cannot make a simulated cluster here: $reason"
-  exit 77
-fi
-trap '"$sc" down >/dev/null 2>&1' EXIT
-"$sc" down >/dev/null 2>&1
-"$sc" up --nodes 3 --slots 3 --bw 1gbit --delay 50us || { echo "simcluster up failed"; exit 1; }
+. "$(dirname "$0")/sim_common.sh"
+sim_up mpisim --nodes 3 --slots 3 --bw 1gbit --delay 50us
 forward=()
 for v in BC_TRANSPORT BC_DEBUG BC_TIMEOUT; do [ -n "${!v:-}" ] && forward+=(-x "$v"); done
 "$sc" run "${forward[@]}" -np 7 "$tests" -r xml -o "$xml" "$@"
 rc=$?
-"$sc" down || { echo "simcluster down left something behind"; exit 1; }
-trap - EXIT
+sim_down
 exit $rc

@@ -583,20 +583,20 @@ void UcxTransport::abort_peer(int peer, ucs_status_t why) {
 
 // After a clean last collective: our last eager sends may still wait in UCX's
 // queues, which only progress moves; flush the endpoints this communicator
-// used, within one bound, so that they reach their peers even if this process
-// stops calling UCX. Under w_->mutex.
-//
-// The bound is short (kCleanFlushMs, not the 1 s close timeout): a flush can
-// need the peer's progress, and a peer that has finished its own last
-// collective may be inside MPI for a while (the next communicator's creation)
-// without calling UCX. Then the flush waited out the full second: 4 of 10
-// later communicators on layout a took 1.0 s to destroy instead of 10-20 ms.
-// A peer that still waits for our data is progressing, so its flush completes
-// well inside the bound; the worker lives on (until bc_finalize), and any
-// later progress finishes the rest.
+// used, so that they reach their peers even if this process stops calling
+// UCX. A flush can need the peer's progress (the last rank to finish its
+// collective found its peers already in MPI, in the next communicator's
+// creation, and waited out the bound on every destroy: 100 ms of a later
+// communicator's 135 ms on layout a). So comm_destroy runs the flushes as a
+// quiesce: every rank progresses its worker until every rank's flushes are
+// done (quiesce_start, quiesce_poll). The destructor flushes only what that
+// did not finish (a peer died or the wait was given up), within one short
+// bound (kCleanFlushMs): a peer still waiting for our data is progressing, so
+// its flush completes well inside it, and the worker lives on until
+// bc_finalize, whose progress finishes the rest. Under w_->mutex.
 constexpr int kCleanFlushMs = 100;
 
-void UcxTransport::flush_endpoints() {
+std::vector<void *> UcxTransport::post_flushes() {
   std::vector<void *> pending;
   for (int r = 0; r < size_; ++r) {
     UcxPeer &p = peers_[r];
@@ -606,10 +606,42 @@ void UcxTransport::flush_endpoints() {
     void *req = ucp_ep_flush_nbx(p.shared->ep, &param);
     if (UCS_PTR_IS_PTR(req)) pending.push_back(req);
   }
+  return pending;
+}
+
+void UcxTransport::quiesce_start() {
+  std::lock_guard<std::recursive_mutex> lock(w_->mutex);
+  if (quiesce_started_ || !peers_ || comm_id_ < 0) return;
+  quiesce_started_ = true;
+  quiesce_t0_ = Clock::now();
+  if (!had_failure_) quiesce_reqs_ = post_flushes();
+}
+
+bool UcxTransport::quiesce_poll() {
+  std::lock_guard<std::recursive_mutex> lock(w_->mutex);
+  ucp_worker_progress(worker_);  // also after our own part: a peer's flush may need it
+  if (quiesced_ || !quiesce_started_) return quiesced_ || !quiesce_started_;
+  size_t kept = 0;
+  for (void *r : quiesce_reqs_) {
+    if (ucp_request_check_status(r) == UCS_INPROGRESS) quiesce_reqs_[kept++] = r;
+    else ucp_request_free(r);
+  }
+  quiesce_reqs_.resize(kept);
+  if (kept > 0) return false;
+  quiesced_ = true;
+  BC_DEBUGLOG(Transport, "ucx: rank %d: endpoint flushes done in %.1f ms", rank_,
+              std::chrono::duration<double, std::milli>(Clock::now() - quiesce_t0_).count());
+  return true;
+}
+
+void UcxTransport::flush_endpoints() {
+  if (quiesced_) return;
+  std::vector<void *> pending = quiesce_started_ ? std::move(quiesce_reqs_) : post_flushes();
+  quiesce_reqs_.clear();
   const auto t0 = Clock::now();
   const size_t n = pending.size();
   ucx_finish_requests(w_->worker, &pending, std::min(kCleanFlushMs, close_timeout_ms_));
-  BC_DEBUGLOG(Transport, "ucx: rank %d: %zu endpoint flushes took %.1f ms", rank_, n,
+  BC_DEBUGLOG(Transport, "ucx: rank %d: %zu endpoint flushes took %.1f ms (at destroy)", rank_, n,
               std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
 }
 

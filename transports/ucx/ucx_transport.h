@@ -81,6 +81,7 @@
 #include <ucp/api/ucp.h>
 
 #include <bitset>
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -188,6 +189,11 @@ class UcxTransport final : public Transport {
   Status idle_wait(int timeout_ms) override;
   // Whether idle_wait really sleeps (BC_UCX_WAIT=event and UCX gave an fd).
   bool can_sleep() const override { return efd_ >= 0; }
+  // The endpoint flushes of a clean destroy, done while every rank polls
+  // (comm_destroy); the destructor then flushes no more.
+  bool needs_quiesce() const override { return true; }
+  void quiesce_start() override;
+  bool quiesce_poll() override;
   // The communicator's id in the tags (for tests and logs).
   int comm_id() const { return comm_id_; }
 
@@ -203,6 +209,8 @@ class UcxTransport final : public Transport {
   Status test_request(TransportRequest *req, bool *done);
   Status peer_error(int peer) const;
   void abort_peer(int peer, ucs_status_t why);
+  // Posts a flush on every endpoint this communicator used; returns the requests in progress.
+  std::vector<void *> post_flushes();
   void flush_endpoints();
   void drain_unexpected();
   void log_lanes(const UcxPeer &p);
@@ -226,6 +234,11 @@ class UcxTransport final : public Transport {
   // A transfer failed or was cancelled: the communicator is broken, its id is
   // quarantined and its unexpected messages drained at destroy.
   bool had_failure_ = false;
+  // quiesce_start's flushes still in progress; quiesced_ once all finished.
+  std::vector<void *> quiesce_reqs_;
+  bool quiesce_started_ = false;
+  bool quiesced_ = false;
+  std::chrono::steady_clock::time_point quiesce_t0_{};
 };
 
 }  // namespace bc
