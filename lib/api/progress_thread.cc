@@ -82,8 +82,9 @@ void ProgressThread::fail_all(Status st, const std::string &why) {
   }
 }
 
-bool ProgressThread::pass(bool check_timeouts) {
+bool ProgressThread::pass(bool check_timeouts, uint64_t *tested) {
   bool moved = false;
+  *tested = 0;
   for (size_t i = 0; i < active_.size();) {
     Active &a = active_[i];
     Status st = BC_OK;
@@ -94,7 +95,9 @@ bool ProgressThread::pass(bool check_timeouts) {
         if (st == BC_OK) device_ = a.req->device;
       }
       if (st == BC_OK) {
+        const uint64_t before = a.req->op->tests();
         st = a.req->op->progress(&done);
+        *tested += a.req->op->tests() - before;
         if (st != BC_OK) st = a.req->op->explain_failure(st);
       }
       if (st == BC_OK && !done) {
@@ -149,9 +152,10 @@ void ProgressThread::loop() {
       // (core/wait_policy.h; each request keeps its own for its timeout and
       // liveness). The last pass of a spin also checks the timeouts; a rest
       // follows it when nothing moved.
-      const bool moved = pass(wait_.rest_is_next());
+      uint64_t tested = 0;
+      const bool moved = pass(wait_.rest_is_next(), &tested);
       if (moved) wait_.restart();
-      const bool rest = !moved && wait_.idle();
+      const bool rest = !moved && wait_.idle(1 + tested);
       Transport *sleeper = nullptr;
       if (rest) {
         // Sleep on the event fd (briefly: the lock is held) only when every

@@ -62,7 +62,8 @@ class ProgressThread {
   void loop();
   // One pass over the active requests; true when any of them moved. With
   // `check_timeouts`, the ones that did not move and waited past BC_TIMEOUT fail.
-  bool pass(bool check_timeouts);
+  // *tested: the transport requests the pass tested (WaitPolicy::idle's work).
+  bool pass(bool check_timeouts, uint64_t *tested);
   // Records the outcome in the request, drops it from the list and sets its
   // done flag: after that the caller may free it at any moment.
   void finish(size_t index, Status st);

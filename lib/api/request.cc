@@ -206,13 +206,14 @@ Status request_progress(bc_request **reqp, bool block, bool *done) {
     comm_mark_broken_on(req->comm, st);
   } else if (req->op) {
     BC_CHECK(comm_check(req->comm));
+    const uint64_t tested_before = req->op->tests();
     st = block ? req->op->wait() : req->op->progress(&finished);
     if (block) {
       finished = true;
     } else if (st == BC_OK && !finished && !req->polls.moved(req->op->completions())) {
       // bc_test: the caller's loop is the wait. Never a sleep (a test returns
       // at once), never a timeout (bc_test has none).
-      req->polls.pause();
+      req->polls.pause(req->op->tests() - tested_before);  // per request tested, as shm's test() did
     }
     if (st != BC_OK || finished) {
       comm_mark_broken_on(req->comm, st);

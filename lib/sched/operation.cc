@@ -75,6 +75,7 @@ Status Operation::progress(bool *done) {
       const std::vector<double> &t = s.exec->stage_seconds();
       for (size_t i = 0; i < t.size() && i < stage_seconds_.size(); ++i) stage_seconds_[i] += t[i];
       retired_completions_ += s.exec->completions() + 1;
+      retired_tests_ += s.exec->tests();
       s.exec.reset();
       ++finished_chunks_;
     }
@@ -87,6 +88,13 @@ uint64_t Operation::completions() const {
   uint64_t seen = retired_completions_;
   for (const Slot &s : slots_)
     if (s.exec) seen += s.exec->completions();
+  return seen;
+}
+
+uint64_t Operation::tests() const {
+  uint64_t seen = retired_tests_;
+  for (const Slot &s : slots_)
+    if (s.exec) seen += s.exec->tests();
   return seen;
 }
 
@@ -179,12 +187,16 @@ Status Operation::explain_failure(Status st) {
 
 Status Operation::wait() {
   WaitPolicy wait = wait_policy();
+  uint64_t last_tested = tests();
   for (;;) {
     bool done = false;
     Status st = progress(&done);
     if (st != BC_OK) return explain_failure(st);
     if (done) return BC_OK;
-    if (wait.moved(completions()) || !wait.idle()) continue;
+    const uint64_t tested = tests();
+    const uint64_t work = 1 + (tested - last_tested);  // the poll, and each request it tested
+    last_tested = tested;
+    if (wait.moved(completions()) || !wait.idle(work)) continue;
     // Bounded: the timeout and the liveness checks below still get their turn.
     Status ws = wait.rest(ctx_.sleeper);
     if (ws != BC_OK) return explain_failure(ws);

@@ -48,6 +48,8 @@ class Operation {
   // Transfers completed so far (finished chunks and those in flight): grows
   // whenever anything moved.
   uint64_t completions() const;
+  // Transport requests tested so far, over every chunk (WaitPolicy::idle's work).
+  uint64_t tests() const;
   // Cancels and fails with BC_ERR_TIMEOUT, saying where the operation waits.
   Status fail_timeout();
   // Checks the peers (ctx.liveness); when one is dead, cancels and fails with
@@ -96,6 +98,7 @@ class Operation {
   int64_t next_chunk_ = 0;
   int64_t finished_chunks_ = 0;
   uint64_t retired_completions_ = 0;
+  uint64_t retired_tests_ = 0;
   std::vector<double> stage_seconds_;
 };
 

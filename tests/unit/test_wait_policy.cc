@@ -51,6 +51,27 @@ TEST_CASE("wait policy: a rest once every spin_count idle polls; movement starts
   REQUIRE(rests(every, 3) == std::vector<int>{1, 2, 3});
 }
 
+TEST_CASE("wait policy: idle work counts per request tested, as the shm transport's own wait did", "[wait]") {
+  // A waiter on k requests does 1 + k units per idle poll: with spin count 64
+  // and 3 requests it rests every 16 polls (the cadence of the library before
+  // the one policy: shm's yield every 64 idle tests plus the waiter's own).
+  WaitPolicy w(64);
+  std::vector<int> at;
+  for (int i = 1; i <= 40; ++i)
+    if (w.idle(1 + 3)) at.push_back(i);
+  REQUIRE(at == std::vector<int>{16, 32});
+  // Work that overshoots the count rests, and the count starts over from 0.
+  WaitPolicy big(4);
+  REQUIRE(big.idle(10));
+  REQUIRE_FALSE(big.idle(1));
+  REQUIRE_FALSE(big.idle(2));
+  REQUIRE(big.idle(1));
+  // No work is counted as one unit (a poll with nothing to test is still a poll).
+  WaitPolicy zero(2);
+  REQUIRE_FALSE(zero.idle(0));
+  REQUIRE(zero.idle(0));
+}
+
 TEST_CASE("wait policy: a sleeper sleeps at most the cap, the liveness interval and the time left", "[wait]") {
   FakeSleeper s;
   WaitPolicy plain(64);
