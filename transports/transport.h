@@ -52,7 +52,9 @@ class Transport {
                            TransportRequest *req) = 0;
   virtual Status post_recv(int peer, void *buf, size_t bytes, bc_memtype_t mem, uint32_t tag,
                            TransportRequest *req) = 0;
-  // Advances `req`; *done becomes true once its buffer may be reused.
+  // Advances `req`; *done becomes true once its buffer may be reused. Returns
+  // at once: a transport never spins, yields or sleeps on its own; whoever
+  // polls it waits under the one waiting policy (core/wait_policy.h).
   virtual Status test(TransportRequest *req, bool *done) = 0;
   // Abandons a request after a failure or timeout (best effort).
   virtual void cancel(TransportRequest *req) = 0;
@@ -61,8 +63,10 @@ class Transport {
   virtual void peer_died(int peer) { (void)peer; }
   // Idle waiting: a transport that can sleep until its network has something
   // for it says so here; idle_wait(ms) then sleeps at most ms (returns at once
-  // when there is work). The waiter calls it instead of sched_yield when every
-  // peer of the communicator uses this one transport.
+  // when there is work). The waiting policy (core/wait_policy.h) calls it
+  // instead of sched_yield when every peer of the communicator uses this one
+  // transport. A transport's own bounded waits (a cancel's grace, a flush at
+  // teardown) go through WaitPolicy::poll_until.
   virtual bool can_sleep() const { return false; }
   virtual Status idle_wait(int timeout_ms) { (void)timeout_ms; return BC_OK; }
   // A clean destroy's last step (comm_destroy): what must be finished before

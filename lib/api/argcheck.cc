@@ -1,7 +1,5 @@
 #include "api/argcheck.h"
 
-#include <sched.h>
-
 #include <chrono>
 #include <cstring>
 #include <memory>
@@ -215,17 +213,17 @@ Status ArgAgreement::test(bc_comm *c, bool *done) {
 Status args_agree(bc_comm *c, const CollArgs &a, Status local) {
   std::unique_ptr<ArgAgreement> agreement;
   BC_CHECK(ArgAgreement::post(c, a, local, &agreement));
-  const int64_t spin = c->params.get_int(ParamId::SpinCount);
-  for (int64_t polls = 1;; ++polls) {
+  WaitPolicy wait(c->params.get_int(ParamId::SpinCount));
+  for (;;) {
     bool done = false;
     const Status st = agreement->test(c, &done);
     if (done || st != BC_OK) return st;
     if (agreement->refused_here()) {
-      if (polls % spin == 0) sched_yield();
+      wait.pause();
       continue;
     }
     comm_advance_agreements(c);
-    comm_wait_pass(c, polls, spin);
+    comm_wait_pass(c, &wait);
   }
 }
 

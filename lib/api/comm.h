@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/params.h"
+#include "core/wait_policy.h"
 #include "plan/cost.h"
 #include "cuda/cuda_rt.h"
 #include "plan/plan.h"
@@ -129,6 +130,11 @@ struct bc_request {
   // Without the thread: failed while another call progressed it
   // (comm_progress_open); status and error say how, for bc_test/bc_wait.
   bool failed = false;
+  // Without the thread: the waiting policy of bc_test (core/wait_policy.h).
+  // A caller that polls bc_test in a loop is waiting; this counts the polls
+  // that saw nothing move, so that bc_test pauses, and yields the core once
+  // every BC_SPIN_COUNT of them to the peers that may share it.
+  bc::WaitPolicy polls{1};
   // BC_CHECK_ARGS: the argument agreement, the request's first phase, and the
   // arguments it starts the operation with once the ranks agree (comm->agreeing).
   std::unique_ptr<bc::ArgAgreement> agreement;
@@ -187,9 +193,11 @@ Status comm_start_allreduce(bc_comm *comm, const CollArgs &args, bc_request **ou
 // once, without blocking; a failure is kept in the request for bc_test/bc_wait.
 void comm_progress_open(bc_comm *comm);
 // One pass of a caller's wait for an argument agreement: progresses the open
-// requests (no progress thread: nobody else would) and yields the core every
-// `spin` passes (BC_SPIN_COUNT).
-void comm_wait_pass(bc_comm *comm, int64_t polls, int64_t spin);
+// requests (no progress thread: nobody else would), then pauses as `wait`
+// says (core/wait_policy.h): the agreement's MPI round gives no progress
+// count, so every pass counts as idle and the core is yielded every
+// BC_SPIN_COUNT passes.
+void comm_wait_pass(bc_comm *comm, WaitPolicy *wait);
 // Advances the argument agreements of `comm`'s non-blocking calls, once, in
 // call order, without blocking; each that agrees starts its operation, each
 // that fails keeps its failure in the request for bc_test/bc_wait. Takes

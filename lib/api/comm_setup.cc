@@ -13,8 +13,8 @@
 
 #include "api/progress_thread.h"
 #include "core/log.h"
+#include "core/wait_policy.h"
 #include "sched/liveness.h"
-#include "sched/operation.h"
 #include "topo/detect.h"
 
 namespace bc {
@@ -240,7 +240,9 @@ bool quiesce_transports(bc_comm *c) {
   }
   const auto t0 = std::chrono::steady_clock::now();
   for (Transport *t : quiescing) t->quiesce_start();
-  IdleTracker idle(c->params.get_int(ParamId::SpinCount), c->params.get_int(ParamId::Timeout));
+  const bool checks = c->liveness && c->liveness->enabled();
+  WaitPolicy wait(c->params.get_int(ParamId::SpinCount), c->params.get_int(ParamId::Timeout),
+                  checks ? c->liveness->interval_ms() : 0);
   bool joined = false;
   auto give_up = [&]() {
     if (!joined) BC_MPI_WARN(MPI_Ibarrier(c->mpi_close, &barrier));
@@ -264,14 +266,14 @@ bool quiesce_transports(bc_comm *c) {
       }
       if (complete) break;
     }
-    if (!idle.should_rest()) continue;
-    sched_yield();
-    if (idle.timed_out()) {
+    if (!wait.idle()) continue;
+    wait.rest();
+    if (wait.timed_out()) {
       BC_WARN(Transport, "destroy: not every rank reached bc_comm_destroy within %lld ms (BC_TIMEOUT); leaving "
               "without waiting for them", static_cast<long long>(c->params.get_int(ParamId::Timeout)));
       return give_up();
     }
-    if (c->liveness && idle.liveness_due(c->liveness->interval_ms()) && c->liveness->check()) {
+    if (checks && wait.liveness_due() && c->liveness->check()) {
       const std::vector<int> &dead = c->liveness->dead();
       BC_WARN(Transport, "destroy: %s died (%s) before reaching bc_comm_destroy; the other ranks leave without it",
               c->liveness->who(dead[0]).c_str(), c->liveness->how(dead[0]));

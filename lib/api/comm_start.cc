@@ -78,10 +78,10 @@ Status start(bc_comm *c, const CollArgs &a, CommLock *lock, std::unique_ptr<Oper
     // Earlier non-blocking calls start their operations first, so that every
     // rank numbers the operations in call order. Their agreements were posted
     // before this one, which has completed: they complete too.
-    const int64_t spin = c->params.get_int(ParamId::SpinCount);
-    for (int64_t polls = 1; agreed == BC_OK && !c->agreeing.empty(); ++polls) {
+    WaitPolicy wait(c->params.get_int(ParamId::SpinCount));
+    while (agreed == BC_OK && !c->agreeing.empty()) {
       comm_advance_agreements(c);
-      comm_wait_pass(c, polls, spin);
+      comm_wait_pass(c, &wait);
     }
     lock->take(c);
     comm_mark_broken_on(c, agreed);  // a round that timed out or failed in MPI

@@ -1,7 +1,6 @@
 #include "api/progress_thread.h"
 
 #include <mpi.h>
-#include <sched.h>
 
 #include <exception>
 #include <new>
@@ -19,7 +18,7 @@ Status progress_thread_allowed(const char *mpi_user, int mpi_thread_level) {
 }
 
 ProgressThread::ProgressThread(bc_comm *comm)
-    : comm_(comm), spin_count_(comm->params.get_int(ParamId::SpinCount)) {}
+    : comm_(comm), wait_(comm->params.get_int(ParamId::SpinCount)) {}
 
 ProgressThread::~ProgressThread() { stop(); }
 
@@ -51,7 +50,7 @@ std::unique_lock<std::mutex> ProgressThread::caller_lock() {
 }
 
 void ProgressThread::submit(bc_request *req) {
-  active_.push_back(Active{req, IdleTracker(spin_count_, req->op->context().timeout_ms)});
+  active_.push_back(Active{req, req->op->wait_policy()});
   work_cv_.notify_one();
 }
 
@@ -83,8 +82,9 @@ void ProgressThread::fail_all(Status st, const std::string &why) {
   }
 }
 
-bool ProgressThread::pass(bool check_timeouts) {
+bool ProgressThread::pass(bool check_timeouts, uint64_t *tested) {
   bool moved = false;
+  *tested = 0;
   for (size_t i = 0; i < active_.size();) {
     Active &a = active_[i];
     Status st = BC_OK;
@@ -95,14 +95,16 @@ bool ProgressThread::pass(bool check_timeouts) {
         if (st == BC_OK) device_ = a.req->device;
       }
       if (st == BC_OK) {
+        const uint64_t before = a.req->op->tests();
         st = a.req->op->progress(&done);
+        *tested += a.req->op->tests() - before;
         if (st != BC_OK) st = a.req->op->explain_failure(st);
       }
       if (st == BC_OK && !done) {
-        if (a.idle.moved(a.req->op->completions())) {
+        if (a.wait.moved(a.req->op->completions())) {
           moved = true;
         } else if (check_timeouts) {
-          st = a.req->op->check_still(&a.idle);
+          st = a.req->op->check_still(&a.wait);
         }
       }
     } catch (const std::bad_alloc &) {
@@ -125,7 +127,6 @@ bool ProgressThread::pass(bool check_timeouts) {
 
 void ProgressThread::loop() {
   std::unique_lock<std::mutex> lock(comm_->mutex, std::defer_lock);
-  int64_t idle_passes = 0;
   for (;;) {
     try {
       // Agreements first, without the communicator's lock (starting an
@@ -143,16 +144,18 @@ void ProgressThread::loop() {
                (comm_->thread_agrees && comm_->agreeing_count.load(std::memory_order_acquire) > 0);
       };
       if (!has_work()) {
-        idle_passes = 0;
+        wait_.restart();
         work_cv_.wait(lock, has_work);
       }
       if (stop_) return;  // requests still active are failed by stop()
-      // The last pass of a spin also checks the timeouts; a rest follows it
-      // when nothing moved.
-      const bool last_spin = idle_passes + 1 >= spin_count_;
-      const bool moved = pass(last_spin);
-      const bool rest = !moved && last_spin;
-      idle_passes = moved || rest ? 0 : idle_passes + 1;
+      // The thread waits on all its requests at once under one policy
+      // (core/wait_policy.h; each request keeps its own for its timeout and
+      // liveness). The last pass of a spin also checks the timeouts; a rest
+      // follows it when nothing moved.
+      uint64_t tested = 0;
+      const bool moved = pass(wait_.rest_is_next(), &tested);
+      if (moved) wait_.restart();
+      const bool rest = !moved && wait_.idle(1 + tested);
       Transport *sleeper = nullptr;
       if (rest) {
         // Sleep on the event fd (briefly: the lock is held) only when every
@@ -166,12 +169,12 @@ void ProgressThread::loop() {
           sleeper = t;
         }
         if (sleeper) {
-          Status ws = sleeper->idle_wait(1);
+          Status ws = wait_.rest(sleeper, 1);
           if (ws != BC_OK) fail_all(ws, std::string("waiting on the transport: ") + last_error());
         }
       }
       lock.unlock();
-      if (rest && !sleeper) sched_yield();
+      if (rest && !sleeper) wait_.rest();
     } catch (...) {
       // Nothing may escape the thread: whatever is in flight fails instead.
       if (!lock.owns_lock()) lock.lock();

@@ -6,10 +6,11 @@
 // the calls' argument agreements (comm->agreeing) and starts each operation
 // once its ranks agree. The thread sleeps on a condition variable while nothing is in
 // flight; otherwise it takes the lock, progresses every active request once,
-// finishes those that are done or failed, lets go of the lock, and rests as
-// Operation::wait does (BC_SPIN_COUNT polls without movement, then a yield),
-// with the same BC_TIMEOUT per request. bc_test only reads the request's done
-// flag; bc_wait sleeps until the thread sets it. Blocking calls on the
+// finishes those that are done or failed, lets go of the lock, and rests under
+// the policy of Operation::wait (core/wait_policy.h: BC_SPIN_COUNT passes
+// without movement, then a yield, or a sleep of at most 1 ms on the event fd
+// when every request may), with the same BC_TIMEOUT per request. bc_test only
+// reads the request's done flag; bc_wait sleeps until the thread sets it. Blocking calls on the
 // communicator take the lock for their whole run: the thread yields it to any
 // caller that asks (CommLock), so a caller never starves behind its passes.
 #pragma once
@@ -56,19 +57,20 @@ class ProgressThread {
  private:
   struct Active {
     bc_request *req;
-    IdleTracker idle;
+    WaitPolicy wait;  // its own movement, liveness checks and timeout
   };
   void loop();
   // One pass over the active requests; true when any of them moved. With
   // `check_timeouts`, the ones that did not move and waited past BC_TIMEOUT fail.
-  bool pass(bool check_timeouts);
+  // *tested: the transport requests the pass tested (WaitPolicy::idle's work).
+  bool pass(bool check_timeouts, uint64_t *tested);
   // Records the outcome in the request, drops it from the list and sets its
   // done flag: after that the caller may free it at any moment.
   void finish(size_t index, Status st);
   void fail_all(Status st, const std::string &why);
 
   bc_comm *comm_;
-  int64_t spin_count_;
+  WaitPolicy wait_;  // the thread's spin and rests, over all its requests
   std::condition_variable work_cv_;  // a request arrived, or stop
   std::condition_variable done_cv_;  // a request finished
   std::vector<Active> active_;       // under comm_->mutex

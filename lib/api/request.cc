@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <memory>
 #include <mutex>
-#include <sched.h>
 
 #include "api/argcheck.h"
 #include "api/progress_thread.h"
@@ -40,7 +39,10 @@ Status launch(bc_comm *c, bc_request *req, bool agreed_before) {
     req->op.reset();
     BC_CHECK(st);
   }
-  if (req->op && !req->threaded) c->open.push_back(req);
+  if (req->op && !req->threaded) {
+    c->open.push_back(req);
+    req->polls = WaitPolicy(req->op->context().spin_count);
+  }
   if (req->op && !req->counted) {
     req->counted = true;
     ++c->inflight;
@@ -126,9 +128,9 @@ void comm_advance_agreements_locked(bc_comm *c) {
   }
 }
 
-void comm_wait_pass(bc_comm *c, int64_t polls, int64_t spin) {
+void comm_wait_pass(bc_comm *c, WaitPolicy *wait) {
   if (!c->progress) comm_progress_open(c);
-  if (polls % spin == 0) sched_yield();
+  wait->pause();
 }
 
 void comm_progress_open(bc_comm *c) {
@@ -169,8 +171,8 @@ Status request_progress(bc_request **reqp, bool block, bool *done) {
     // calls) first. The progress thread may be advancing them too: the
     // request's phase is read under the agreement mutex.
     bc_comm *c = req->comm;
-    const int64_t spin = c->params.get_int(ParamId::SpinCount);
-    for (int64_t polls = 1;; ++polls) {
+    WaitPolicy wait(c->params.get_int(ParamId::SpinCount));
+    for (;;) {
       bool pending = true;
       {
         // bc_test only tries: it may run inside MPI's progress loop (the
@@ -188,7 +190,7 @@ Status request_progress(bc_request **reqp, bool block, bool *done) {
         if (done) *done = false;
         return BC_OK;
       }
-      comm_wait_pass(c, polls, spin);
+      comm_wait_pass(c, &wait);
     }
   }
   Status st = BC_OK;
@@ -204,8 +206,15 @@ Status request_progress(bc_request **reqp, bool block, bool *done) {
     comm_mark_broken_on(req->comm, st);
   } else if (req->op) {
     BC_CHECK(comm_check(req->comm));
+    const uint64_t tested_before = req->op->tests();
     st = block ? req->op->wait() : req->op->progress(&finished);
-    if (block) finished = true;
+    if (block) {
+      finished = true;
+    } else if (st == BC_OK && !finished && !req->polls.moved(req->op->completions())) {
+      // bc_test: the caller's loop is the wait. Never a sleep (a test returns
+      // at once), never a timeout (bc_test has none).
+      req->polls.pause(req->op->tests() - tested_before);  // per request tested, as shm's test() did
+    }
     if (st != BC_OK || finished) {
       comm_mark_broken_on(req->comm, st);
       if (st == BC_OK) req->comm->last_stage_seconds = req->op->stage_seconds();

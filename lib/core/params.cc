@@ -86,8 +86,11 @@ const ParamDef kParamDefs[] = {
      "0 waits forever (longer than a day, use 0)."},
     {ParamId::SpinCount, "BC_SPIN_COUNT", ParamType::Int, "64", nullptr, {1, 1000000, nullptr},
      "Progress polls without any completion before the waiting thread yields the core "
-     "(sched_yield). Keep it low when ranks outnumber cores: at the maximum, 10^6 polls, a "
-     "waiting rank can hold its core for about a second before it lets another rank run."},
+     "(sched_yield; or sleeps on UCX's event fd, BC_UCX_WAIT=event); it pauses the core between "
+     "two polls meanwhile. The same for every waiter: blocking calls, bc_wait, a loop of bc_test "
+     "(counted per request), the progress thread. Keep it low when ranks outnumber cores: at "
+     "the maximum, 10^6 polls, a waiting rank can hold its core for about a second before it "
+     "lets another rank run."},
     {ParamId::MaxPlanCache, "BC_PLAN_CACHE", ParamType::Int, "32", nullptr, {1, 4096, nullptr},
      "Plans kept per communicator (one per element count and collective); each holds every "
      "step of this rank's program, so thousands are already a lot of memory."},

@@ -18,7 +18,6 @@
 // opal_progress), and it only try-locks, so concurrent MPI calls of a
 // THREAD_MULTIPLE program never block on each other here.
 #include <dlfcn.h>
-#include <sched.h>
 
 #include <algorithm>
 #include <atomic>
@@ -26,6 +25,7 @@
 #include <vector>
 
 #include "core/log.h"
+#include "core/wait_policy.h"
 #include "pmpi/pmpi.h"
 
 namespace bc {
@@ -151,12 +151,18 @@ int requests_start(bc_request_t op, bc_comm_t comm, MPI_Request *request) {
 void requests_drain(bc_comm_t comm) {
   if (!g_async) return;
   std::lock_guard<std::recursive_mutex> lock(g_mutex);
+  // The one waiting policy (core/wait_policy.h), with a spin count of 1: the
+  // drain yields after every pass, as it always has. It runs only when a
+  // communicator is freed, or MPI finalised, with operations in flight: a
+  // spin gains nothing there, and the peers may share this core. (bc_test
+  // also counts its own idle polls per request, as any caller's loop.)
+  WaitPolicy wait(1);
   for (;;) {
     bool left = false;
     for (Pending *p : g_pending) left = left || (p->op && (!comm || p->comm == comm));
     if (!left) break;
     progress_once(comm);
-    sched_yield();  // the peers may share this core
+    wait.pause();
   }
 }
 

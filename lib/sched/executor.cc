@@ -164,6 +164,7 @@ Status Execution::progress(bool *done) {
     for (size_t i = 0; i < reqs_.size() && remaining_ > 0; ++i) {
       if (req_done_[i]) continue;
       bool d = false;
+      ++tests_;
       BC_CHECK(reqs_[i].transport->test(&reqs_[i], &d));
       if (d) {
         req_done_[i] = 1;

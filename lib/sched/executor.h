@@ -52,6 +52,8 @@ class Execution {
   void cancel_all();
   // Transfers completed so far: a waiter that sees this unchanged is idle.
   uint64_t completions() const { return completions_; }
+  // Transport requests tested so far (the waiting policy's unit of idle work).
+  uint64_t tests() const { return tests_; }
   // What the current step still waits for, for timeout messages.
   std::string pending() const;
   // Seconds spent in each hierarchy stage (index = stage), for bc_bench --stages.
@@ -82,6 +84,7 @@ class Execution {
   std::vector<char> req_done_;
   size_t remaining_ = 0;
   uint64_t completions_ = 0;
+  uint64_t tests_ = 0;
   std::vector<double> stage_seconds_;
   std::chrono::steady_clock::time_point step_start_;
 };

@@ -5,7 +5,7 @@
 // (late: a checkpoint, a slow loader; BC_TIMEOUT, 30 min by default, is for
 // that) or for a peer that will never come (dead). The waiter cannot tell
 // from the data, so it asks, but only while it waits without progress: every
-// BC_LIVENESS_INTERVAL (IdleTracker::liveness_due) the operation calls
+// BC_LIVENESS_INTERVAL (WaitPolicy::liveness_due) the operation calls
 // check(). The fast path never does.
 //
 // Every rank checks every peer, not only the one it waits for: a rank blocked

@@ -1,18 +1,11 @@
 #include "sched/operation.h"
 
-#include <sched.h>
-#include <time.h>
-
-#include <chrono>
-
 #include "core/blocks.h"
 #include "core/log.h"
 #include "cuda/cuda_rt.h"
 #include "sched/liveness.h"
 
 namespace bc {
-
-using Clock = std::chrono::steady_clock;
 
 Operation::Operation(const ExecContext &ctx, unsigned char *work, int64_t count, int64_t nchunks, int depth,
                      std::shared_ptr<const Program> big, std::shared_ptr<const Program> small, uint32_t seq_base,
@@ -82,6 +75,7 @@ Status Operation::progress(bool *done) {
       const std::vector<double> &t = s.exec->stage_seconds();
       for (size_t i = 0; i < t.size() && i < stage_seconds_.size(); ++i) stage_seconds_[i] += t[i];
       retired_completions_ += s.exec->completions() + 1;
+      retired_tests_ += s.exec->tests();
       s.exec.reset();
       ++finished_chunks_;
     }
@@ -90,37 +84,17 @@ Status Operation::progress(bool *done) {
   return BC_OK;
 }
 
-bool IdleTracker::moved(uint64_t completions) {
-  if (completions == last_seen_) return false;
-  last_seen_ = completions;
-  last_move_ = Clock::now();
-  idle_polls_ = 0;
-  return true;
-}
-
-int64_t IdleTracker::since_move_ms() const {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - last_move_).count();
-}
-
-int64_t IdleTracker::rest_ms(int64_t cap_ms) const {
-  if (timeout_ms_ <= 0) return cap_ms;
-  return std::max<int64_t>(1, std::min<int64_t>(cap_ms, timeout_ms_ - since_move_ms() + 1));
-}
-
-bool IdleTracker::timed_out() const { return timeout_ms_ > 0 && since_move_ms() > timeout_ms_; }
-
-bool IdleTracker::liveness_due(int64_t interval_ms) {
-  if (interval_ms <= 0 || since_move_ms() < interval_ms) return false;
-  const Clock::time_point now = Clock::now();
-  if (last_check_ != Clock::time_point{} && now - last_check_ < std::chrono::milliseconds(interval_ms)) return false;
-  last_check_ = now;
-  return true;
-}
-
 uint64_t Operation::completions() const {
   uint64_t seen = retired_completions_;
   for (const Slot &s : slots_)
     if (s.exec) seen += s.exec->completions();
+  return seen;
+}
+
+uint64_t Operation::tests() const {
+  uint64_t seen = retired_tests_;
+  for (const Slot &s : slots_)
+    if (s.exec) seen += s.exec->tests();
   return seen;
 }
 
@@ -183,11 +157,15 @@ Status Operation::check_peers(const char *cause) {
   return fail_dead(cause);
 }
 
-Status Operation::check_still(IdleTracker *idle) {
-  const Liveness *l = ctx_.liveness;
+WaitPolicy Operation::wait_policy() const {
+  const bool checks = ctx_.liveness && ctx_.liveness->enabled();
+  return WaitPolicy(ctx_.spin_count, ctx_.timeout_ms, checks ? ctx_.liveness->interval_ms() : 0);
+}
+
+Status Operation::check_still(WaitPolicy *wait) {
   Status st = BC_OK;
-  if (l && l->enabled() && idle->liveness_due(l->interval_ms())) st = check_peers();
-  if (st == BC_OK && idle->timed_out()) st = fail_timeout();
+  if (wait->liveness_due()) st = check_peers();
+  if (st == BC_OK && wait->timed_out()) st = fail_timeout();
   return st;
 }
 
@@ -196,36 +174,33 @@ Status Operation::explain_failure(Status st) {
   cancel();
   if (ctx_.liveness && ctx_.liveness->enabled()) {
     // The transport may notice before the watch does (both see the same
-    // closed socket, one poll apart): look for up to one interval.
-    const auto deadline = Clock::now() + std::chrono::milliseconds(std::min<int64_t>(500, ctx_.liveness->interval_ms()));
-    for (;;) {
-      if (ctx_.liveness->check()) return fail_dead(cause.c_str());
-      if (Clock::now() >= deadline) break;
-      struct timespec ts = {0, 5 * 1000 * 1000};
-      nanosleep(&ts, nullptr);
-    }
+    // closed socket, one poll apart): look for up to one interval, every 5 ms
+    // (a check reads /proc or polls the UCX watch: too costly to repeat at once).
+    Liveness *l = ctx_.liveness;
+    const bool dead = WaitPolicy::poll_for(
+        std::min<int64_t>(500, l->interval_ms()), [l] { return l->check(); }, [] { return false; }, 5);
+    if (dead) return fail_dead(cause.c_str());
   }
   trail(st, __FILE__, __LINE__);
   return st;
 }
 
 Status Operation::wait() {
-  IdleTracker idle(ctx_.spin_count, ctx_.timeout_ms);
-  const int64_t every = ctx_.liveness && ctx_.liveness->enabled() ? ctx_.liveness->interval_ms() : 0;
+  WaitPolicy wait = wait_policy();
+  uint64_t last_tested = tests();
   for (;;) {
     bool done = false;
     Status st = progress(&done);
     if (st != BC_OK) return explain_failure(st);
     if (done) return BC_OK;
-    if (idle.moved(completions()) || !idle.should_rest()) continue;
-    if (ctx_.sleeper) {
-      // Bounded: the timeout and the liveness checks below still get their turn.
-      Status ws = ctx_.sleeper->idle_wait(static_cast<int>(idle.rest_ms(every > 0 ? std::min<int64_t>(100, every) : 100)));
-      if (ws != BC_OK) return explain_failure(ws);
-    } else {
-      sched_yield();
-    }
-    const Status still = check_still(&idle);
+    const uint64_t tested = tests();
+    const uint64_t work = 1 + (tested - last_tested);  // the poll, and each request it tested
+    last_tested = tested;
+    if (wait.moved(completions()) || !wait.idle(work)) continue;
+    // Bounded: the timeout and the liveness checks below still get their turn.
+    Status ws = wait.rest(ctx_.sleeper);
+    if (ws != BC_OK) return explain_failure(ws);
+    const Status still = check_still(&wait);
     if (still != BC_OK) return still;
   }
 }

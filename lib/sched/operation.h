@@ -11,56 +11,22 @@
 //   chunk 2                   RS1     RS2     AG2 ...
 //
 // The chunks advance on their own as their messages arrive; nothing forces them
-// into lock step. progress() never blocks; wait() drives it, yields the core
-// when nothing moved for BC_SPIN_COUNT polls, checks the peers' liveness every
+// into lock step. progress() never blocks; wait() drives it under the one
+// waiting policy (core/wait_policy.h): it spins, rests the core when nothing
+// moved for BC_SPIN_COUNT polls, checks the peers' liveness every
 // BC_LIVENESS_INTERVAL while nothing moves (BC_ERR_PEER_DEAD names a dead one;
 // sched/liveness.h), and fails with BC_ERR_TIMEOUT when nothing moved for
 // BC_TIMEOUT although every peer lives.
 #pragma once
 
-#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "core/wait_policy.h"
 #include "sched/executor.h"
 
 namespace bc {
-
-// The waiting policy of everything that polls operations (Operation::wait and
-// the progress thread, lib/api/progress_thread.cc): did anything move since
-// the last poll, is it time to rest the core, and has nothing moved for longer
-// than BC_TIMEOUT.
-class IdleTracker {
- public:
-  IdleTracker(int64_t spin_count, int64_t timeout_ms)
-      : spin_count_(spin_count), timeout_ms_(timeout_ms), last_move_(std::chrono::steady_clock::now()) {}
-  // After a poll that saw `completions` in total: true when that is more than before.
-  bool moved(uint64_t completions);
-  // After a poll where nothing moved: true once every spin_count such polls
-  // (then rest: yield or sleep, and check timed_out()).
-  bool should_rest() {
-    if (++idle_polls_ < spin_count_) return false;
-    idle_polls_ = 0;
-    return true;
-  }
-  // How long a rest may sleep: at most cap_ms, and not past the timeout.
-  int64_t rest_ms(int64_t cap_ms) const;
-  bool timed_out() const;
-  // After a poll where nothing moved: true once nothing has moved for
-  // interval_ms and the last check was at least interval_ms ago (then check
-  // the peers). Never true on the fast path: it takes interval_ms of stillness.
-  bool liveness_due(int64_t interval_ms);
-
- private:
-  int64_t since_move_ms() const;
-  int64_t spin_count_;
-  int64_t timeout_ms_;  // 0: never
-  int64_t idle_polls_ = 0;
-  uint64_t last_seen_ = UINT64_MAX;
-  std::chrono::steady_clock::time_point last_move_;
-  std::chrono::steady_clock::time_point last_check_{};
-};
 
 class Operation {
  public:
@@ -82,6 +48,8 @@ class Operation {
   // Transfers completed so far (finished chunks and those in flight): grows
   // whenever anything moved.
   uint64_t completions() const;
+  // Transport requests tested so far, over every chunk (WaitPolicy::idle's work).
+  uint64_t tests() const;
   // Cancels and fails with BC_ERR_TIMEOUT, saying where the operation waits.
   Status fail_timeout();
   // Checks the peers (ctx.liveness); when one is dead, cancels and fails with
@@ -92,9 +60,14 @@ class Operation {
   // cancels, and when a peer turns out dead (it may take the watch a moment
   // after the transport noticed) fails with BC_ERR_PEER_DEAD instead.
   Status explain_failure(Status st);
-  // After a poll where nothing moved: the peers' liveness when due, then the
-  // timeout. The one policy of wait() and the progress thread.
-  Status check_still(IdleTracker *idle);
+  // This operation's waiting policy: BC_SPIN_COUNT, BC_TIMEOUT, and
+  // BC_LIVENESS_INTERVAL when the liveness checks are on. For wait() and the
+  // progress thread; bc_test takes only the spin count.
+  WaitPolicy wait_policy() const;
+  // After a rest (nothing moved): the peers' liveness when due, then the
+  // timeout, as `wait` (from wait_policy()) decides. For wait() and the
+  // progress thread.
+  Status check_still(WaitPolicy *wait);
   const ExecContext &context() const { return ctx_; }
   // Seconds per stage, summed over chunks (chunks overlap, so the sum can
   // exceed the wall time).
@@ -125,6 +98,7 @@ class Operation {
   int64_t next_chunk_ = 0;
   int64_t finished_chunks_ = 0;
   uint64_t retired_completions_ = 0;
+  uint64_t retired_tests_ = 0;
   std::vector<double> stage_seconds_;
 };
 

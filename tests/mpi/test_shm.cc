@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/params.h"
+#include "core/wait_policy.h"
 #include "harness.h"
 #include "transports/transport.h"
 
@@ -53,10 +54,13 @@ struct ShmFixture {
   int other() const { return 1 - world_rank(); }
 };
 
-// Tests every request until all are done; false on error or after 10 s.
+// Tests every request until all are done; false on error or after 10 s. The
+// transport never yields: this loop waits under the library's policy, as
+// Operation::wait would (BC_SPIN_COUNT idle passes, then a yield).
 bool wait_all(bc::Transport *t, std::vector<bc::TransportRequest> &reqs, std::string *err = nullptr) {
   std::vector<char> done(reqs.size(), 0);
   size_t left = reqs.size();
+  bc::WaitPolicy wait(bc::ParamSet().get_int(bc::ParamId::SpinCount));
   auto start = std::chrono::steady_clock::now();
   while (left > 0) {
     for (size_t i = 0; i < reqs.size(); ++i) {
@@ -73,6 +77,7 @@ bool wait_all(bc::Transport *t, std::vector<bc::TransportRequest> &reqs, std::st
         --left;
       }
     }
+    if (!wait.moved(left)) wait.pause();
     if (std::chrono::steady_clock::now() - start > std::chrono::seconds(10)) {
       if (err) *err = "timed out";
       for (auto &r : reqs)

@@ -12,8 +12,6 @@
 // message of the wrong size is received into a buffer of its own size (so it
 // cannot match anything later, and its sender completes) and the receive fails
 // with BC_ERR_TRANSPORT naming the peer, the tag and both sizes.
-#include <sched.h>
-
 #include <climits>
 #include <chrono>
 #include <cstring>
@@ -22,6 +20,7 @@
 #include <memory>
 
 #include "core/log.h"
+#include "core/wait_policy.h"
 #include "transports/transport.h"
 
 namespace bc {
@@ -256,14 +255,18 @@ void MpiTransport::cancel(TransportRequest *req) {
   if (now >= cancel_window_end_ + std::chrono::seconds(1))
     cancel_window_end_ = now + std::chrono::milliseconds(kCancelWaitMs);
   const auto deadline = dead_[static_cast<size_t>(req->peer)] ? now : cancel_window_end_;
-  for (;;) {
+  // Done, or failed: either way MPI is through with the buffer. MPI_Test says
+  // nothing of progress, so each poll that finds it unfinished yields the
+  // core (the peer that would take the message may need it).
+  const bool finished = WaitPolicy::poll_until(deadline, [&] {
     int flag = 0;
     const int rc = MPI_Test(&s->req, &flag, MPI_STATUS_IGNORE);
-    if (rc != MPI_SUCCESS || flag) return;  // done, or failed: either way MPI is through with the buffer
+    return rc != MPI_SUCCESS || flag;
+  }, [&] {
     if (!drains_.empty()) advance_drains();
-    if (Clock::now() >= deadline) break;
-    sched_yield();
-  }
+    return false;
+  });
+  if (finished) return;
   // Nobody takes it (a peer that stopped before posting the receive): left to
   // MPI, which reads or writes the buffer only if the peer ever matches it.
   BC_DEBUGLOG(Transport, "mpi transport: a %s rank %d (tag %#x, %zu bytes) did not finish%s; left to MPI",

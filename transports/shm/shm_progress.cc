@@ -22,7 +22,6 @@ void erase_id(std::vector<uint32_t> &v, uint32_t id) { v.erase(std::remove(v.beg
 }  // namespace
 
 void ShmTransport::complete(Peer &p, Op &op) {
-  ++events_;
   op.done = true;
   if (op.is_send) {
     p.bytes_sent += op.size;
@@ -34,7 +33,6 @@ void ShmTransport::complete(Peer &p, Op &op) {
 }
 
 void ShmTransport::fail(Op &op, Status code, const std::string &why) {
-  ++events_;
   op.err = code;
   op.why = why;
 }
@@ -76,7 +74,6 @@ bool ShmTransport::reclaim_given_up(Peer &p, uint32_t slot) {
     return false;
   state.store(kFree, kRelaxed);
   if (st == kRefused && p.broken.empty()) {
-    ++events_;
     p.broken = "shm transport: rank " + std::to_string(p.rank) +
                " refused a message of this rank's (its size; the receiver refused it, see its error)";
   }
@@ -119,7 +116,6 @@ void ShmTransport::publish(Peer &p) {
     op.slot = slot;
     d.state.store(desc_word(op.seq, kPosted), kRelease);
     p.out->published.store(op.seq, kRelease);
-    ++events_;
     // Nothing to move, or moved already: the receiver frees the slot.
     if (op.size == 0 || eager) complete(p, op);
     else p.sending.push_back(id);
@@ -139,7 +135,6 @@ void ShmTransport::stream_out(Peer &p, Op &op) {
     std::memcpy(p.out_ring + (p.out_head % slots) * chunk, op.buf + op.off, n);
     op.off += n;
     p.out->head.store(++p.out_head, kRelease);
-    ++events_;
   }
 }
 
@@ -233,7 +228,6 @@ void ShmTransport::match(Peer &p) {
         r.seq = o.seq;
         r.slot = o.slot;
         matched = true;
-        ++events_;
       }
     }
     if (!matched) {
@@ -310,7 +304,6 @@ void ShmTransport::refuse(Peer &p, uint32_t id, const std::string &why) {
 // The sender cancelled the message matched to receive `id`: free its slot and
 // match the receive again, in its posting order, as if that message never came.
 void ShmTransport::rematch(Peer &p, uint32_t id) {
-  ++events_;
   Op &r = ops_[id];
   p.in->desc[r.slot].state.store(kFree, kRelease);
   r.seq = 0;
@@ -334,7 +327,6 @@ void ShmTransport::drain(Peer &p) {
       std::memcpy(r.buf + r.off, p.in_ring + (p.in_tail % slots) * chunk, n);
       r.off += n;
       p.in->tail.store(++p.in_tail, kRelease);
-      ++events_;
     }
     if (r.off == r.size) {
       state.store(kFree, kRelease);  // the sender's op completed when it wrote the last chunk

@@ -6,11 +6,10 @@
 //
 // Everything is non-blocking: post_send publishes the offer; test() advances the
 // two channels to the request's peer (publish queued offers, match, copy what
-// can be copied) and returns. A peer that stops answering leaves requests pending; the
-// executor's BC_TIMEOUT then cancels them.
+// can be copied) and returns, without spinning or yielding: whoever polls it
+// waits under the one waiting policy (core/wait_policy.h). A peer that stops
+// answering leaves requests pending; the executor's BC_TIMEOUT then cancels them.
 #include "transports/shm/shm_transport.h"
-
-#include <sched.h>
 
 #include <algorithm>
 
@@ -18,21 +17,10 @@
 
 namespace bc {
 namespace shm {
-namespace {
-// A polite spin: lets a sibling hardware thread (often the peer) use the core.
-inline void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield" ::: "memory");
-#endif
-}
-}  // namespace
 
 ShmTransport::ShmTransport(const TransportSetup &s, std::unique_ptr<Node> node)
     : rank_(s.rank),
       size_(s.size),
-      spin_limit_(s.params->get_int(ParamId::SpinCount)),
       node_(std::move(node)) {
   peers_.resize(node_->nlocal());
   const int me = node_->me();
@@ -137,20 +125,7 @@ Status ShmTransport::test(TransportRequest *req, bool *done) {
   *done = false;
   Op *op = lookup(req);
   if (!op) return BC_FAIL(BC_ERR_INTERNAL, "shm transport: test() of a request it does not hold");
-  if (!op->done && op->err == BC_OK) {
-    const uint64_t before = events_;
-    progress(peers_[op->local]);  // adds no ops: op stays valid
-    // Like MPI's yield_when_idle: a caller polling in a loop (bc_test) must not
-    // starve the peers it waits for when ranks outnumber cores.
-    if (events_ != before) {
-      idle_tests_ = 0;
-    } else if (++idle_tests_ >= spin_limit_) {
-      idle_tests_ = 0;
-      sched_yield();
-    } else {
-      cpu_relax();
-    }
-  }
+  if (!op->done && op->err == BC_OK) progress(peers_[op->local]);  // adds no ops: op stays valid
   if (op->err != BC_OK) {
     const Status code = op->err;
     const std::string why = op->why;

@@ -127,9 +127,6 @@ class ShmTransport final : public Transport {
 
   int rank_;
   int size_;
-  int64_t spin_limit_;     // BC_SPIN_COUNT: idle test() calls before yielding the core
-  int64_t idle_tests_ = 0;
-  uint64_t events_ = 0;    // anything moved: published, matched, a chunk, a completion
   std::unique_ptr<Node> node_;
   std::vector<Peer> peers_;  // by local index; my own entry is unused
   std::vector<Op> ops_;

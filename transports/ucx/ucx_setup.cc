@@ -2,8 +2,6 @@
 // (UcxWorker), a communicator's address exchange and id over MPI, endpoints
 // (lazy, one per peer process, with peer-failure handling) and teardown. See
 // ucx_transport.h.
-#include <sched.h>
-
 #include <algorithm>
 #include <chrono>
 #include <climits>
@@ -14,6 +12,7 @@
 #include <string>
 
 #include "core/log.h"
+#include "core/wait_policy.h"
 #include "transports/ucx/ucx_transport.h"
 
 namespace bc {
@@ -291,15 +290,13 @@ struct Hello {
 }  // namespace
 
 void ucx_finish_requests(ucp_worker_h worker, std::vector<void *> *reqs, int ms) {
-  const auto deadline = Clock::now() + std::chrono::milliseconds(ms);
   size_t open = 0;
-  for (;;) {
+  WaitPolicy::poll_for(ms, [&] {
     open = 0;
     for (void *r : *reqs)
       if (ucp_request_check_status(r) == UCS_INPROGRESS) ++open;
-    if (open == 0 || Clock::now() >= deadline) break;
-    if (ucp_worker_progress(worker) == 0) sched_yield();
-  }
+    return open == 0;
+  }, [&] { return ucp_worker_progress(worker) != 0; });
   if (open > 0) BC_DEBUGLOG(Transport, "ucx: %zu requests did not finish within %d ms", open, ms);
   for (void *r : *reqs) ucp_request_free(r);
   reqs->clear();

@@ -3,18 +3,15 @@
 #include "transports/ucx/ucx_transport.h"
 
 #include <poll.h>
-#include <sched.h>
 
 #include <cerrno>
-#include <chrono>
 #include <cstring>
 
 #include "core/log.h"
+#include "core/wait_policy.h"
 
 namespace bc {
 namespace {
-
-using Clock = std::chrono::steady_clock;
 
 // ucp_worker_progress calls per test(): enough to drain a burst of completions,
 // bounded so that one test never spins for long.
@@ -65,12 +62,8 @@ bool UcxTransport::progress() {
 }
 
 bool UcxTransport::wait_request(void *ucx_req, int ms) {
-  const auto deadline = Clock::now() + std::chrono::milliseconds(ms);
-  for (;;) {
-    if (ucp_request_check_status(ucx_req) != UCS_INPROGRESS) return true;
-    if (Clock::now() >= deadline) return false;
-    if (!progress()) sched_yield();
-  }
+  return WaitPolicy::poll_for(ms, [&] { return ucp_request_check_status(ucx_req) != UCS_INPROGRESS; },
+                              [&] { return progress(); });
 }
 
 Status UcxTransport::post_send(int peer, const void *buf, size_t bytes, bc_memtype_t mem, uint32_t tag,
@@ -218,10 +211,9 @@ void UcxTransport::peer_died(int peer) {
 }
 
 Status UcxTransport::idle_wait(int timeout_ms) {
-  if (efd_ < 0) {
-    sched_yield();
-    return BC_OK;
-  }
+  // Nothing to sleep on (can_sleep() is false, so no waiter calls this): the
+  // waiter rests itself (core/wait_policy.h).
+  if (efd_ < 0) return BC_OK;
   {
     // ucp_worker_arm succeeds only once nothing is left to progress. The poll
     // below runs without the lock, so that other communicators' threads go on.

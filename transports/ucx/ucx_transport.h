@@ -162,8 +162,9 @@ struct UcxWorker {
 };
 
 // Progresses `worker` until every request in `reqs` is done or `ms` pass
-// (yielding the core when nothing moves), then frees them all: the bounded
-// teardown wait of the transport and of the liveness watch (ucx_watch.cc).
+// (resting as WaitPolicy::poll_until does when nothing moves), then frees them
+// all: the bounded teardown wait of the transport and of the liveness watch
+// (ucx_watch.cc).
 void ucx_finish_requests(ucp_worker_h worker, std::vector<void *> *reqs, int ms);
 
 class UcxTransport final : public Transport {
@@ -183,7 +184,8 @@ class UcxTransport final : public Transport {
   // The executor's idle path (Transport::idle_wait): with BC_UCX_WAIT=event,
   // arms the worker and sleeps on its event fd until the network has something
   // for us or timeout_ms passes; otherwise (or when UCX cannot give an fd) it
-  // yields the core. Returns at once when there is work to progress.
+  // returns at once: the waiter rests itself (core/wait_policy.h). Returns at
+  // once when there is work to progress.
   Status idle_wait(int timeout_ms) override;
   // Whether idle_wait really sleeps (BC_UCX_WAIT=event and UCX gave an fd).
   bool can_sleep() const override { return efd_ >= 0; }
