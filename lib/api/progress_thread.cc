@@ -151,11 +151,15 @@ void ProgressThread::loop() {
       // The thread waits on all its requests at once under one policy
       // (core/wait_policy.h; each request keeps its own for its timeout and
       // liveness). The last pass of a spin also checks the timeouts; a rest
-      // follows it when nothing moved.
+      // follows it when nothing moved. A pass that tested more requests than
+      // the one before can reach the rest unchecked: the next pass checks
+      // (without that, a peer that never came was never timed out).
       uint64_t tested = 0;
-      const bool moved = pass(wait_.rest_is_next(), &tested);
+      const bool check = check_missed_ || wait_.rest_is_next();
+      const bool moved = pass(check, &tested);
       if (moved) wait_.restart();
       const bool rest = !moved && wait_.idle(1 + tested);
+      check_missed_ = rest && !check;
       Transport *sleeper = nullptr;
       if (rest) {
         // Sleep on the event fd (briefly: the lock is held) only when every

@@ -71,6 +71,7 @@ class ProgressThread {
 
   bc_comm *comm_;
   WaitPolicy wait_;  // the thread's spin and rests, over all its requests
+  bool check_missed_ = false;  // the last rest came without a timeout check: check in the next pass
   std::condition_variable work_cv_;  // a request arrived, or stop
   std::condition_variable done_cv_;  // a request finished
   std::vector<Active> active_;       // under comm_->mutex

@@ -85,10 +85,11 @@ const ParamDef kParamDefs[] = {
      "shorter to give up on late peers sooner. Units: ms, s, m, h; a bare number is seconds. "
      "0 waits forever (longer than a day, use 0)."},
     {ParamId::SpinCount, "BC_SPIN_COUNT", ParamType::Int, "64", nullptr, {1, 1000000, nullptr},
-     "Progress polls without any completion before the waiting thread yields the core "
-     "(sched_yield; or sleeps on UCX's event fd, BC_UCX_WAIT=event); it pauses the core between "
-     "two polls meanwhile. The same for every waiter: blocking calls, bc_wait, a loop of bc_test "
-     "(counted per request), the progress thread. Keep it low when ranks outnumber cores: at "
+     "Idle work without any completion before the waiting thread yields the core "
+     "(sched_yield; or sleeps on UCX's event fd, BC_UCX_WAIT=event); it pauses the core per unit "
+     "meanwhile. A unit is a poll, plus one per transport request the poll tested: a waiter on k "
+     "requests yields every BC_SPIN_COUNT/(k+1) polls. The same for every waiter: blocking calls, "
+     "bc_wait, a loop of bc_test, the progress thread. Keep it low when ranks outnumber cores: at "
      "the maximum, 10^6 polls, a waiting rank can hold its core for about a second before it "
      "lets another rank run."},
     {ParamId::MaxPlanCache, "BC_PLAN_CACHE", ParamType::Int, "32", nullptr, {1, 4096, nullptr},

@@ -86,6 +86,7 @@ class WaitPolicy {
   // 1.3-1.5x longer.
   bool idle(uint64_t work = 1) {
     const int64_t units = work > 0 ? static_cast<int64_t>(work) : 1;
+    last_work_ = units;
     idle_polls_ += units;
     if (idle_polls_ < spin_count_) {
       for (int64_t i = 0; i < units; ++i) cpu_relax();
@@ -94,9 +95,9 @@ class WaitPolicy {
     idle_polls_ = 0;
     return true;
   }
-  // Whether the next idle poll will be a rest: the progress thread checks the
-  // requests' timeouts in that pass only.
-  bool rest_is_next() const { return idle_polls_ + 1 >= spin_count_; }
+  // Whether the next idle poll will be a rest, if it does as much work as the
+  // last: the progress thread checks the requests' timeouts in that pass.
+  bool rest_is_next() const { return idle_polls_ + last_work_ >= spin_count_; }
 
   // A rest: sleeps on `sleeper` (Transport::idle_wait) for at most cap_ms, the
   // liveness interval and the time left before the timeout; without one,
@@ -174,6 +175,7 @@ class WaitPolicy {
   int64_t timeout_ms_;
   int64_t liveness_ms_;
   int64_t idle_polls_ = 0;
+  int64_t last_work_ = 1;
   uint64_t last_seen_ = UINT64_MAX;
   Clock::time_point last_move_;
   Clock::time_point last_check_{};

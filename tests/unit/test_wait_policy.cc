@@ -60,6 +60,11 @@ TEST_CASE("wait policy: idle work counts per request tested, as the shm transpor
   for (int i = 1; i <= 40; ++i)
     if (w.idle(1 + 3)) at.push_back(i);
   REQUIRE(at == std::vector<int>{16, 32});
+  // rest_is_next() assumes the next poll does as much work as the last one.
+  REQUIRE_FALSE(w.rest_is_next());  // 8 polls (32 units) since the rest at 32
+  for (int i = 0; i < 7; ++i) REQUIRE_FALSE(w.idle(4));
+  REQUIRE(w.rest_is_next());  // 60 units: the next 4 reach 64
+  REQUIRE(w.idle(4));
   // Work that overshoots the count rests, and the count starts over from 0.
   WaitPolicy big(4);
   REQUIRE(big.idle(10));
