@@ -229,10 +229,10 @@ namespace {
 // cancelled) and mpi_close must not be freed, so that its context id is never
 // reused under it.
 bool quiesce_transports(bc_comm *c) {
+  if (c->mpi_close == MPI_COMM_NULL) return true;  // made at creation iff a transport needs the quiesce
   std::vector<Transport *> quiescing;
   for (auto &t : c->transports)
     if (t->needs_quiesce()) quiescing.push_back(t.get());
-  if (quiescing.empty() || c->mpi_close == MPI_COMM_NULL) return true;
   MPI_Request barrier = MPI_REQUEST_NULL;
   if (c->liveness && !c->liveness->dead().empty()) {  // posted for the living peers' sake, not waited for
     BC_MPI_WARN(MPI_Ibarrier(c->mpi_close, &barrier));

@@ -620,7 +620,7 @@ void UcxTransport::quiesce_start() {
 bool UcxTransport::quiesce_poll() {
   std::lock_guard<std::recursive_mutex> lock(w_->mutex);
   ucp_worker_progress(worker_);  // also after our own part: a peer's flush may need it
-  if (quiesced_ || !quiesce_started_) return quiesced_ || !quiesce_started_;
+  if (quiesced_ || !quiesce_started_) return true;  // done, or nothing was started to wait for
   size_t kept = 0;
   for (void *r : quiesce_reqs_) {
     if (ucp_request_check_status(r) == UCS_INPROGRESS) quiesce_reqs_[kept++] = r;
