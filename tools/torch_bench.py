@@ -167,7 +167,7 @@ class CommTimer:
 
     def __init__(self, group):
         self.group = group
-        self.spans = []  # (start, end) per bucket of the current step
+        self.spans = []  # (start, end, bytes) per bucket of the current step
 
     def reset(self):
         self.spans = []
@@ -176,9 +176,10 @@ class CommTimer:
 def timed_allreduce_hook(state, bucket):
     from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
     t0 = time.perf_counter()
+    nbytes = bucket.buffer().numel() * bucket.buffer().element_size()
 
     def done(fut):  # runs on the backend's thread when the bucket is reduced: record, wait for nothing
-        state.spans.append((t0, time.perf_counter()))
+        state.spans.append((t0, time.perf_counter(), nbytes))
         return fut.value()
     return allreduce_hook(state.group, bucket).then(done)
 
@@ -197,7 +198,9 @@ def batch(args, rank, step):
 
 def train(args, rank, group=None, backend=None):
     """warm-up + timed steps; returns (step times, comm sum per step, comm span per step, flat parameters
-    after the first step, at the end). Without a backend: the model alone (compute only), no DDP."""
+    after the first step, at the end, the timed steps' bucket timelines: per step a list of (hook call,
+    completion, bytes) in seconds from the step's start, in completion order). Without a backend: the
+    model alone (compute only), no DDP."""
     from torch.nn.parallel import DistributedDataParallel as DDP
     model = make_model(args)
     timer = None
@@ -207,7 +210,7 @@ def train(args, rank, group=None, backend=None):
         model.register_comm_hook(timer, timed_allreduce_hook)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     loss_fn = torch.nn.CrossEntropyLoss()
-    steps, comm, span, first = [], [], [], None
+    steps, comm, span, first, timelines = [], [], [], None, []
     flat = lambda: torch.cat([q.detach().flatten() for q in model.parameters()])  # noqa: E731
     for step in range(args.warmup + args.steps):
         x, y = batch(args, rank, step)
@@ -224,9 +227,10 @@ def train(args, rank, group=None, backend=None):
         if step >= args.warmup:
             steps.append(t1 - t0)
             if timer and timer.spans:
-                comm.append(sum(e - s for s, e in timer.spans))
-                span.append(max(e for _, e in timer.spans) - min(s for s, _ in timer.spans))
-    return steps, comm, span, (first, flat())
+                comm.append(sum(e - s for s, e, _ in timer.spans))
+                span.append(max(e for _, e, _ in timer.spans) - min(s for s, _, _ in timer.spans))
+                timelines.append([(s - t0, e - t0, n) for s, e, n in timer.spans])
+    return steps, comm, span, (first, flat()), timelines
 
 
 def identical_on_all_ranks(flat, gloo):
@@ -236,21 +240,40 @@ def identical_on_all_ranks(flat, gloo):
     return bool(torch.equal(hi, lo)) and bool(torch.isfinite(flat).all())
 
 
+def bucket_timeline(timelines, gloo):
+    """Per bucket in completion order: its bytes, and the slowest rank's mean over the timed steps of its
+    hook call and its completion, in ms from the step's start. Where DDP's buckets sit in the step says
+    whether the all-reduces wait for the backward pass, for each other, or for the wire."""
+    if not timelines:
+        return []
+    nb = int(max_over_ranks(statistics.mode(len(t) for t in timelines), gloo))
+    same = [t for t in timelines if len(t) == nb]  # every timed step has the same buckets after warm-up
+    out = []
+    for i in range(nb):
+        start = statistics.mean(t[i][0] for t in same) if same else 0.0
+        end = statistics.mean(t[i][1] for t in same) if same else 0.0
+        out.append({"bytes": same[0][i][2] if same else 0, "hook_ms": 1e3 * max_over_ranks(start, gloo),
+                    "done_ms": 1e3 * max_over_ranks(end, gloo)})
+    return out
+
+
 def run_ddp(args, p, rank, groups, gloo):
     gb = args.batch * p
     rows, flats = [], {}
     ms = lambda v: 1e3 * max_over_ranks(v, gloo)  # noqa: E731 - slowest rank, in ms
     steps = train(args, rank)[0]
+    timelines = {}
     rows.append({"backend": "compute only", "step_median_ms": ms(statistics.median(steps)),
                  "step_mean_ms": ms(statistics.mean(steps))})
     for b in orders(args.order, 1)[0]:
         dist.barrier(group=gloo)
-        steps, comm, span, flats[b] = train(args, rank, groups[b], b)
+        steps, comm, span, flats[b], timelines[b] = train(args, rank, groups[b], b)
         row = {"backend": b, "step_median_ms": ms(statistics.median(steps)), "step_mean_ms": ms(statistics.mean(steps)),
                "comm_sum_ms": ms(statistics.mean(comm)) if comm else 0.0,
                "comm_span_ms": ms(statistics.mean(span)) if span else 0.0,
                "identical": identical_on_all_ranks(flats[b][1], gloo)}
         row["samples_per_s"] = gb / (row["step_mean_ms"] / 1e3)
+        row["buckets"] = bucket_timeline(timelines[b], gloo)
         rows.append(row)
     # The backends sum in different orders, so the parameters differ by rounding after the first step (3e-8
     # measured at np 4); training amplifies that (1.7e-3 after 5 steps of resnet18 at np 4: BatchNorm over
@@ -282,6 +305,16 @@ def run_ddp(args, p, rank, groups, gloo):
             else:
                 print("%-13s %13.1f %11.1f %13s %14s %11s %10s" % (r["backend"], r["step_median_ms"],
                                                                    r["step_mean_ms"], "-", "-", "-", "-"))
+        print("# DDP buckets in completion order: bytes; hook call and completion, ms from the step's start (slowest"
+              " rank's mean over the timed steps); MB/s = bytes / (completion - max(hook call, previous completion))")
+        for r in rows:
+            prev = 0.0
+            for i, bk in enumerate(r.get("buckets", [])):
+                busy = bk["done_ms"] - max(bk["hook_ms"], prev)
+                print("#   %-11s bucket %d: %9d B  hook %8.1f  done %8.1f  %8.1f MB/s" % (
+                    r["backend"], i, bk["bytes"], bk["hook_ms"], bk["done_ms"],
+                    bk["bytes"] / busy / 1e3 if busy > 0 else float("inf")))
+                prev = bk["done_ms"]
         print("# parameters after step 1, blueconnect against gloo: max |diff| %.3g, %s (rtol 1e-4, atol 1e-5)"
               % (diff[0], "agree" if close[0] else "DISAGREE"))
         print("# final parameters, blueconnect against gloo: max |diff| %.3g, %s%s" % (

@@ -13,6 +13,26 @@ def read_tsv(path):
     return [dict(zip(lines[0], l)) for l in lines[1:]] if lines else []
 
 
+def bucket_table(rows):
+    """Where DDP's buckets sit in the step (torch_bench's bucket timeline), as markdown lines."""
+    lines = []
+    for r in rows:
+        prev = 0.0
+        for i, b in enumerate(r.get("buckets", [])):
+            busy = b["done_ms"] - max(b["hook_ms"], prev)  # its own time, if the buckets ran one at a time
+            lines.append("| %s | %d | %.2f | %.1f | %.1f | %s |" % (
+                r["backend"], i, b["bytes"] / 1e6, b["hook_ms"], b["done_ms"],
+                "%.1f" % (b["bytes"] / busy / 1e3) if busy > 0 else "—"))
+            prev = b["done_ms"]
+    if not lines:
+        return []
+    return ["", "DDP's buckets in the order they completed: the hook call (the bucket's gradients are ready) and "
+            "the completion of its all-reduce, in ms from the step's start (slowest rank, mean over the timed "
+            "steps); MB/s = bytes / (completion - the later of its hook call and the previous completion), its "
+            "rate if the buckets run one at a time (blueconnect's do; Gloo's overlap, so its figure is not a rate).",
+            "", "| backend | bucket | MB | hook (ms) | done (ms) | MB/s |", "|---|---:|---:|---:|---:|---:|"] + lines
+
+
 def main():
     out = os.path.abspath(sys.argv[1])
     raw = os.path.join(out, "raw")
@@ -62,6 +82,7 @@ def main():
             else:
                 md.append("| %s | %.1f | %.1f | — | — | — | — |" % (r["backend"], r["step_median_ms"],
                                                                    r["step_mean_ms"]))
+        md += bucket_table(rows)
         st = {r["backend"]: r for r in rows}
         if "blueconnect" in st and "gloo" in st:
             md += ["", "Gloo step / blueconnect step (mean): %.2f. Parameters, blueconnect against Gloo: after "
