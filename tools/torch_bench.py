@@ -248,12 +248,17 @@ def bucket_timeline(timelines, gloo):
         return []
     nb = int(max_over_ranks(statistics.mode(len(t) for t in timelines), gloo))
     same = [t for t in timelines if len(t) == nb]  # every timed step has the same buckets after warm-up
-    out = []
+    out, prev = [], 0.0
     for i in range(nb):
         start = statistics.mean(t[i][0] for t in same) if same else 0.0
         end = statistics.mean(t[i][1] for t in same) if same else 0.0
-        out.append({"bytes": same[0][i][2] if same else 0, "hook_ms": 1e3 * max_over_ranks(start, gloo),
-                    "done_ms": 1e3 * max_over_ranks(end, gloo)})
+        b = {"bytes": same[0][i][2] if same else 0, "hook_ms": 1e3 * max_over_ranks(start, gloo),
+             "done_ms": 1e3 * max_over_ranks(end, gloo)}
+        # Its own rate if the buckets run one at a time (blueconnect's do; Gloo's overlap: not a rate there).
+        busy = b["done_ms"] - max(b["hook_ms"], prev)
+        b["mb_per_s"] = b["bytes"] / busy / 1e3 if busy > 0 else None
+        prev = b["done_ms"]
+        out.append(b)
     return out
 
 
@@ -308,13 +313,9 @@ def run_ddp(args, p, rank, groups, gloo):
         print("# DDP buckets in completion order: bytes; hook call and completion, ms from the step's start (slowest"
               " rank's mean over the timed steps); MB/s = bytes / (completion - max(hook call, previous completion))")
         for r in rows:
-            prev = 0.0
             for i, bk in enumerate(r.get("buckets", [])):
-                busy = bk["done_ms"] - max(bk["hook_ms"], prev)
                 print("#   %-11s bucket %d: %9d B  hook %8.1f  done %8.1f  %8.1f MB/s" % (
-                    r["backend"], i, bk["bytes"], bk["hook_ms"], bk["done_ms"],
-                    bk["bytes"] / busy / 1e3 if busy > 0 else float("inf")))
-                prev = bk["done_ms"]
+                    r["backend"], i, bk["bytes"], bk["hook_ms"], bk["done_ms"], bk["mb_per_s"] or float("inf")))
         print("# parameters after step 1, blueconnect against gloo: max |diff| %.3g, %s (rtol 1e-4, atol 1e-5)"
               % (diff[0], "agree" if close[0] else "DISAGREE"))
         print("# final parameters, blueconnect against gloo: max |diff| %.3g, %s%s" % (

@@ -17,13 +17,10 @@ def bucket_table(rows):
     """Where DDP's buckets sit in the step (torch_bench's bucket timeline), as markdown lines."""
     lines = []
     for r in rows:
-        prev = 0.0
         for i, b in enumerate(r.get("buckets", [])):
-            busy = b["done_ms"] - max(b["hook_ms"], prev)  # its own time, if the buckets ran one at a time
             lines.append("| %s | %d | %.2f | %.1f | %.1f | %s |" % (
                 r["backend"], i, b["bytes"] / 1e6, b["hook_ms"], b["done_ms"],
-                "%.1f" % (b["bytes"] / busy / 1e3) if busy > 0 else "—"))
-            prev = b["done_ms"]
+                "%.1f" % b["mb_per_s"] if b.get("mb_per_s") else "—"))
     if not lines:
         return []
     return ["", "DDP's buckets in the order they completed: the hook call (the bucket's gradients are ready) and "
