@@ -613,6 +613,12 @@ void UcxTransport::quiesce_start() {
   std::lock_guard<std::recursive_mutex> lock(w_->mutex);
   if (quiesce_started_ || !peers_ || comm_id_ < 0) return;
   quiesce_started_ = true;
+  // From here until the destructor this communicator is closing: a peer that
+  // sees the closing barrier complete first may destroy its endpoints (or its
+  // worker, at bc_finalize) while this rank still waits to see it, and that
+  // disconnect is no news (it was logged as a failed connection, at the end
+  // of some clean torch runs on the simulated 2 x 4 cluster).
+  ++w_->closing;
   quiesce_t0_ = Clock::now();
   if (!had_failure_) quiesce_reqs_ = post_flushes();
 }
@@ -684,6 +690,7 @@ UcxTransport::~UcxTransport() {
     --w_->closing;
     for (int r = 0; r < size_; ++r)
       if (peers_[r].shared && peers_[r].shared->users > 0) --peers_[r].shared->users;
+    if (quiesce_started_) --w_->closing;  // held since quiesce_start
   }
   if (comm_id_ >= 0) {
     w_->in_use.reset(static_cast<size_t>(comm_id_));

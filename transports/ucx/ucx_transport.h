@@ -144,7 +144,7 @@ struct UcxWorker {
   // UCX_TLS, so probed once (an endpoint to our own address of each kind).
   int reach[2] = {-1, -1};
   int users = 0;  // transports using it now
-  int closing = 0;  // transports being destroyed right now (peers that finish first are no news then)
+  int closing = 0;  // transports in their destroy's quiesce or destructor (peers that finish first are no news then)
   // Live endpoints by (off-node?, peer address), and every one ever made.
   std::map<std::pair<bool, std::vector<unsigned char>>, UcxSharedEp *> eps;
   std::vector<std::unique_ptr<UcxSharedEp>> all_eps;
