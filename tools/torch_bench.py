@@ -244,9 +244,8 @@ def bucket_timeline(timelines, gloo):
     """Per bucket in completion order: its bytes, and the slowest rank's mean over the timed steps of its
     hook call and its completion, in ms from the step's start. Where DDP's buckets sit in the step says
     whether the all-reduces wait for the backward pass, for each other, or for the wire."""
-    if not timelines:
-        return []
-    nb = int(max_over_ranks(statistics.mode(len(t) for t in timelines), gloo))
+    # Collective: every rank makes the same calls, even one that timed no bucket.
+    nb = int(max_over_ranks(statistics.mode(len(t) for t in timelines) if timelines else 0, gloo))
     same = [t for t in timelines if len(t) == nb]  # every timed step has the same buckets after warm-up
     out, prev = [], 0.0
     for i in range(nb):
