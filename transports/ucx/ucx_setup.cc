@@ -684,13 +684,12 @@ UcxTransport::~UcxTransport() {
   if (!w_) return;
   std::lock_guard<std::recursive_mutex> lock(w_->mutex);
   if (peers_ && comm_id_ >= 0) {
-    ++w_->closing;
+    if (!quiesce_started_) ++w_->closing;  // else held since quiesce_start
     if (had_failure_) drain_unexpected();
     else flush_endpoints();
-    --w_->closing;
     for (int r = 0; r < size_; ++r)
       if (peers_[r].shared && peers_[r].shared->users > 0) --peers_[r].shared->users;
-    if (quiesce_started_) --w_->closing;  // held since quiesce_start
+    --w_->closing;
   }
   if (comm_id_ >= 0) {
     w_->in_use.reset(static_cast<size_t>(comm_id_));
