@@ -10,6 +10,7 @@
 #include <cstring>
 #include <mutex>
 #include <string>
+#include <uct/api/uct.h>
 
 #include "core/log.h"
 #include "core/wait_policy.h"
@@ -69,6 +70,53 @@ std::string summarize_lanes(const std::string &info) {
 }
 
 
+// True where no RDMA network is there for UCX (no ib, rdmacm or ugni memory
+// domain with a device): off-node traffic then goes over tcp.
+bool tcp_is_the_network() {
+  uct_component_h *components = nullptr;
+  unsigned count = 0;
+  if (uct_query_components(&components, &count) != UCS_OK) return false;
+  bool rdma = false;
+  for (unsigned i = 0; i < count && !rdma; ++i) {
+    uct_component_attr_t attr;
+    std::memset(&attr, 0, sizeof attr);
+    attr.field_mask = UCT_COMPONENT_ATTR_FIELD_NAME | UCT_COMPONENT_ATTR_FIELD_MD_RESOURCE_COUNT;
+    if (uct_component_query(components[i], &attr) != UCS_OK) continue;
+    const std::string name = attr.name;
+    rdma = attr.md_resource_count > 0 && (name == "ib" || name == "rdmacm" || name.rfind("ugni", 0) == 0);
+  }
+  uct_release_component_list(components);
+  return !rdma;
+}
+
+// UCX 1.13's tcp transport completes an active-message zero-copy send twice
+// when its socket fails part-way through the send (uct_tcp_ep_sendv: once in
+// the purge that the send error starts, once more on return), and the second
+// completion aborts the process on UCX's assertion 'comp->count > 0': a rank
+// died because a peer died during a transfer to it (1 in 20 runs of
+// liveness_kill_sim_ucx; docs/FAILURES.md). Where tcp is the network, this
+// context sends by copy: no zero-copy threshold, and 64 KiB send segments
+// (UCX's tcp default is 8 KiB; zero-copy sent 64 KiB per message), so that a
+// copy costs the same system calls as zero-copy did. Measured on layout d of
+// scripts/bench (1 Gbit/s): the same times at 4 KiB-16 MiB within the noise;
+// with 8 KiB segments 256-512 KiB took 1.3-1.7x longer. The user's
+// UCX_ZCOPY_THRESH / UCX_TCP_TX_SEG_SIZE win.
+Status avoid_tcp_zcopy(ucp_config_t *config) {
+  if (!tcp_is_the_network()) return BC_OK;
+  // {the user's variable, the key for ucp_config_modify, the value}; a
+  // transport's key goes without its prefix (UCX applies it to every
+  // interface that has it: tcp alone has TX_SEG_SIZE).
+  const char *const settings[][3] = {{"UCX_ZCOPY_THRESH", "ZCOPY_THRESH", "inf"},
+                                     {"UCX_TCP_TX_SEG_SIZE", "TX_SEG_SIZE", "64k"}};
+  for (const auto &setting : settings) {
+    if (std::getenv(setting[0])) continue;
+    ucs_status_t s = ucp_config_modify(config, setting[1], setting[2]);
+    if (s != UCS_OK)
+      return BC_FAIL(BC_ERR_NOT_SUPPORTED, "ucx: cannot set %s=%s: %s", setting[0], setting[2], ucs_status_string(s));
+  }
+  return BC_OK;
+}
+
 // Every worker this process made, by settings; never freed at exit (UCX's own
 // destructors may already have run): bc_finalize releases them.
 std::mutex g_workers_mutex;
@@ -103,6 +151,11 @@ Status worker_start(UcxWorker *w) {
       return BC_FAIL(BC_ERR_NOT_SUPPORTED, "ucx: cannot leave out shared memory (UCX_TLS=^sm): %s",
                      ucs_status_string(s));
     }
+  }
+  Status copy_sends = avoid_tcp_zcopy(config);
+  if (copy_sends != BC_OK) {
+    ucp_config_release(config);
+    return copy_sends;
   }
   if (!std::getenv("UCX_RNDV_THRESH")) {  // the user's UCX setting wins (docs: BC_UCX_RNDV_THRESH)
     const std::string thresh = std::to_string(static_cast<long long>(w->rndv_thresh));
