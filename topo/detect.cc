@@ -158,6 +158,85 @@ Status local_keys(const ParamSet &params, int64_t node_leader, std::vector<int64
   return BC_OK;
 }
 
+// The nodes of the allgathered records: each rank's node leader and host
+// hash, the leaders in rank order, and each leader's node index.
+struct Nodes {
+  std::vector<int64_t> node_of;
+  std::vector<uint64_t> host_hash;
+  std::vector<int> leaders;
+  std::vector<int> node_index;  // by rank: its index among the nodes if it leads one, else -1
+};
+Nodes nodes_of(const std::vector<TopoRecord> &all) {
+  Nodes n;
+  n.node_of.resize(all.size());
+  n.host_hash.resize(all.size());
+  n.node_index.assign(all.size(), -1);
+  for (size_t r = 0; r < all.size(); ++r) {
+    n.node_of[r] = all[r].node_leader;
+    n.host_hash[r] = all[r].host_hash;
+    if (all[r].node_leader == static_cast<int64_t>(r)) {
+      n.node_index[r] = static_cast<int>(n.leaders.size());
+      n.leaders.push_back(static_cast<int>(r));
+    }
+  }
+  return n;
+}
+
+// "{0,2} {4,6}": the nodes of each group, by their leaders' ranks.
+std::string node_groups_text(const std::vector<int> &leaders, const std::vector<int64_t> &group_of_node) {
+  std::vector<int64_t> order;
+  for (int64_t g : group_of_node)
+    if (std::find(order.begin(), order.end(), g) == order.end()) order.push_back(g);
+  std::string out;
+  for (int64_t g : order) {
+    std::string members;
+    for (size_t i = 0; i < leaders.size(); ++i)
+      if (group_of_node[i] == g) members += (members.empty() ? "" : ",") + std::to_string(leaders[i]);
+    out += (out.empty() ? "{" : " {") + members + "}";
+  }
+  return out;
+}
+
+// With the racks given by BC_TOPO_FILE or an address, among 3 nodes or more
+// and BC_TOPO_DISCOVER not off: measure them as discovery would (once per
+// hosts, cached alike) and say whether the network agrees. The given levels
+// are used either way; a disagreement is a warning, since a file written for
+// another allocation, or a stale one, costs speed, never correctness.
+// rack_key: the index of the first level above the node in the records' keys.
+Status check_given_racks(MPI_Comm comm, const ParamSet &params, const std::vector<TopoRecord> &all, Above above,
+                         int rack_key, int rank) {
+  if (above == kAboveNone || params.get_str(ParamId::TopoDiscover) == "off") return BC_OK;
+  const Nodes n = nodes_of(all);
+  if (n.leaders.size() < 3) return BC_OK;
+  std::vector<int> measured_of_node;
+  std::string how;
+  BC_CHECK(discover_racks(comm, params, n.node_of, n.host_hash, &measured_of_node, &how));
+  if (rank != 0) return BC_OK;
+  std::vector<int64_t> given(n.leaders.size()), measured(n.leaders.size(), 0);
+  for (size_t i = 0; i < n.leaders.size(); ++i) {
+    given[i] = all[static_cast<size_t>(n.leaders[i])].keys[rack_key];
+    if (!measured_of_node.empty()) measured[i] = measured_of_node[i];
+  }
+  // The same partition of the nodes, whatever the groups are called. No
+  // rack level measured is one group of every node.
+  bool agree = true;
+  for (size_t i = 0; i < given.size() && agree; ++i)
+    for (size_t j = i + 1; j < given.size() && agree; ++j) agree = (given[i] == given[j]) == (measured[i] == measured[j]);
+  const std::string given_text = node_groups_text(n.leaders, given);
+  const std::string measured_text =
+      measured_of_node.empty() ? "no rack level" : node_groups_text(n.leaders, measured);
+  if (agree)
+    BC_INFO(Topo, "%s: the network agrees with its racks %s (nodes by their first rank; measured: %s)",
+            kAboveText[above], given_text.c_str(), how.c_str());
+  else
+    BC_WARN(Topo,
+            "%s and the network disagree: it groups the nodes (by their first rank) as %s, the measurement "
+            "finds %s (%s; BC_DEBUG=TOPO shows the rates). Its levels are used; a wrong file or address costs "
+            "speed, not results. Fix it, or set BC_TOPO_DISCOVER=off to skip this check",
+            kAboveText[above], given_text.c_str(), measured_text.c_str(), how.c_str());
+  return BC_OK;
+}
+
 // Without levels above the node from anywhere else, a rack level measured
 // among 3 nodes or more (topo/discover.h): its key appended to every rank's.
 // Every rank decides alike, from the allgathered records. *measured: "measured
@@ -166,19 +245,13 @@ Status discover_level(MPI_Comm comm, const ParamSet &params, const std::vector<T
                       std::vector<std::vector<int64_t>> *keys, std::vector<std::string> *names,
                       std::string *measured) {
   if (above != kAboveNone || params.get_str(ParamId::TopoDiscover) == "off") return BC_OK;
-  std::vector<int64_t> node_of(all.size());
-  std::vector<uint64_t> host_hash(all.size());
-  std::vector<int> node_index(all.size(), -1);
-  int nodes = 0;
-  for (size_t r = 0; r < all.size(); ++r) {
-    node_of[r] = all[r].node_leader;
-    host_hash[r] = all[r].host_hash;
-    if (all[r].node_leader == static_cast<int64_t>(r)) node_index[r] = nodes++;
-  }
-  if (nodes < 3) return BC_OK;  // with 2 nodes no level can lie between them and the root
+  const Nodes n = nodes_of(all);
+  if (n.leaders.size() < 3) return BC_OK;  // with 2 nodes no level can lie between them and the root
+  const std::vector<int64_t> &node_of = n.node_of;
+  const std::vector<int> &node_index = n.node_index;
   std::vector<int> rack_of_node;
   std::string how;
-  BC_CHECK(discover_racks(comm, params, node_of, host_hash, &rack_of_node, &how));
+  BC_CHECK(discover_racks(comm, params, node_of, n.host_hash, &rack_of_node, &how));
   if (rack_of_node.empty()) return BC_OK;
   for (size_t r = 0; r < all.size(); ++r) {
     const int node = node_index[static_cast<size_t>(node_of[r])];
@@ -252,6 +325,9 @@ Status detect(MPI_Comm comm, const ParamSet &params, Topology *out) {
     for (int r = 0; r < size; ++r) allkeys[r].assign(all[r].keys, all[r].keys + all[r].nkeys);
     std::string measured;
     BC_CHECK(discover_level(comm, params, all, above, &allkeys, &names, &measured));
+    const auto rack = std::find(names.begin(), names.end(), "rack");
+    if (rack != names.end())
+      BC_CHECK(check_given_racks(comm, params, all, above, static_cast<int>(rack - names.begin()), rank));
     BC_CHECK(topo_from_keys(allkeys, names, &t));
     t.source = "MPI_COMM_TYPE_SHARED";
     if (above == kAboveFile) t.source += " + BC_TOPO_FILE";

@@ -2,7 +2,8 @@
 // docs/TOPOLOGY.md). Collective.
 //
 // detect.cc calls it when no BC_TOPO, BC_TOPO_FILE or scheduler address gives
-// the levels above the node and there are at least 3 nodes. The node leaders
+// the levels above the node and there are at least 3 nodes, and to check the
+// racks a BC_TOPO_FILE or an address gives (a warning where they disagree). The node leaders
 // (one rank per node, the smallest) time concurrent pairwise exchanges in
 // log2(nodes) rounds (rack_clusters.h says which pairs and why) on a private
 // sub-communicator, gather every flow's rate, and rank 0 classifies them
