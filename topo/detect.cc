@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -26,7 +27,7 @@ struct TopoRecord {
   int64_t node_leader;  // smallest rank on this rank's node
   uint64_t settings_hash;  // BC_TOPO / BC_TOPO_FILE / BC_TOPO_INTRA / BC_TOPO_SCHEDULER / BC_TOPO_DISCOVER must agree
   int32_t above;           // where the levels above the node come from (Above); must agree
-  int32_t unused;
+  int32_t given_checked;   // 1: this process checked given racks already (check_given_racks)
   uint64_t host_hash;      // of this rank's host name: the discovered racks' cache key
   int64_t keys[kMaxKeys];
 };
@@ -182,58 +183,101 @@ Nodes nodes_of(const std::vector<TopoRecord> &all) {
   return n;
 }
 
-// "{0,2} {4,6}": the nodes of each group, by their leaders' ranks.
+// "{0,2} {4,6}": the nodes of each group, by their leaders' ranks; at most
+// 16 groups of at most 16 nodes shown, so that the message stays whole.
 std::string node_groups_text(const std::vector<int> &leaders, const std::vector<int64_t> &group_of_node) {
+  constexpr size_t kShown = 16;
   std::vector<int64_t> order;
   for (int64_t g : group_of_node)
     if (std::find(order.begin(), order.end(), g) == order.end()) order.push_back(g);
   std::string out;
-  for (int64_t g : order) {
+  for (size_t k = 0; k < order.size() && k < kShown; ++k) {
     std::string members;
-    for (size_t i = 0; i < leaders.size(); ++i)
-      if (group_of_node[i] == g) members += (members.empty() ? "" : ",") + std::to_string(leaders[i]);
+    size_t count = 0;
+    for (size_t i = 0; i < leaders.size(); ++i) {
+      if (group_of_node[i] != order[k]) continue;
+      if (count++ < kShown) members += (members.empty() ? "" : ",") + std::to_string(leaders[i]);
+    }
+    if (count > kShown) members += ",... (" + std::to_string(count) + " nodes)";
     out += (out.empty() ? "{" : " {") + members + "}";
   }
+  if (order.size() > kShown) out += " ... (" + std::to_string(order.size()) + " groups)";
   return out;
 }
 
+// Whether the groups put at least two nodes together and leave at least two
+// apart: one group of every node, or every node alone, is no level between
+// the nodes and the root.
+bool groups_form_a_level(const std::vector<int64_t> &group_of_node) {
+  std::vector<int64_t> distinct(group_of_node);
+  std::sort(distinct.begin(), distinct.end());
+  const size_t groups = static_cast<size_t>(std::unique(distinct.begin(), distinct.end()) - distinct.begin());
+  return groups > 1 && groups < group_of_node.size();
+}
+
+// True in a process that has checked given racks once (check_given_racks).
+std::atomic<bool> g_given_checked{false};
+
 // With the racks given by BC_TOPO_FILE or an address, among 3 nodes or more
-// and BC_TOPO_DISCOVER not off: measure them as discovery would (once per
-// hosts, cached alike) and say whether the network agrees. The given levels
-// are used either way; a disagreement is a warning, since a file written for
-// another allocation, or a stale one, costs speed, never correctness.
+// and BC_TOPO_DISCOVER not off: measure them as discovery would (cached
+// alike, per set of hosts) and say whether the network agrees, once per
+// process (the first such communicator, normally the world's: a file wrong
+// for a subset of the hosts is wrong for all of them; later ones would pay
+// the measurement again, or disturb each other's if created side by side).
+// The given levels are used whatever the verdict: a file written for another
+// allocation costs speed, never results. Rank 0 says:
+//   INFO  the measured racks are the given ones;
+//   WARN  the measurement finds other racks, or (for a file or BC_TOPO_ADDR,
+//         which the user can fix) every flow equally fast where it gives racks;
+//   INFO  for Slurm's address over such a flat measurement (a non-blocking
+//         fabric looks so too), or when the data were inconclusive.
 // rack_key: the index of the first level above the node in the records' keys.
 Status check_given_racks(MPI_Comm comm, const ParamSet &params, const std::vector<TopoRecord> &all, Above above,
                          int rack_key, int rank) {
   if (above == kAboveNone || params.get_str(ParamId::TopoDiscover) == "off") return BC_OK;
+  for (const TopoRecord &r : all)
+    if (r.given_checked) return BC_OK;  // every rank sees the same records: all skip alike
   const Nodes n = nodes_of(all);
   if (n.leaders.size() < 3) return BC_OK;
   std::vector<int> measured_of_node;
   std::string how;
-  BC_CHECK(discover_racks(comm, params, n.node_of, n.host_hash, &measured_of_node, &how));
+  bool flat = false;
+  BC_CHECK(discover_racks(comm, params, n.node_of, n.host_hash, &measured_of_node, &how, &flat));
+  g_given_checked = true;
   if (rank != 0) return BC_OK;
   std::vector<int64_t> given(n.leaders.size()), measured(n.leaders.size(), 0);
   for (size_t i = 0; i < n.leaders.size(); ++i) {
     given[i] = all[static_cast<size_t>(n.leaders[i])].keys[rack_key];
     if (!measured_of_node.empty()) measured[i] = measured_of_node[i];
   }
-  // The same partition of the nodes, whatever the groups are called. No
-  // rack level measured is one group of every node.
+  const bool given_level = groups_form_a_level(given);
+  if (!given_level) std::fill(given.begin(), given.end(), 0);  // no level: one group, as measured "none"
+  // The same partition of the nodes, whatever the groups are called.
   bool agree = true;
   for (size_t i = 0; i < given.size() && agree; ++i)
     for (size_t j = i + 1; j < given.size() && agree; ++j) agree = (given[i] == given[j]) == (measured[i] == measured[j]);
-  const std::string given_text = node_groups_text(n.leaders, given);
-  const std::string measured_text =
-      measured_of_node.empty() ? "no rack level" : node_groups_text(n.leaders, measured);
-  if (agree)
-    BC_INFO(Topo, "%s: the network agrees with its racks %s (nodes by their first rank; measured: %s)",
-            kAboveText[above], given_text.c_str(), how.c_str());
-  else
+  const std::string given_text = given_level ? node_groups_text(n.leaders, given) : "no rack level";
+  const std::string source = how == "measured" ? "measured now; BC_DEBUG=TOPO shows the rates" : how + ", with the rates";
+  const bool conclusive = !measured_of_node.empty() || flat;
+  if (conclusive && agree) {
+    BC_INFO(Topo, "%s: the network agrees with its racks: %s (nodes by their first rank; %s)", kAboveText[above],
+            given_text.c_str(), source.c_str());
+  } else if (!conclusive) {
+    BC_INFO(Topo, "%s: its racks %s are not confirmed: the measurement was inconclusive (%s); they are used",
+            kAboveText[above], given_text.c_str(), source.c_str());
+  } else if (measured_of_node.empty() && above == kAboveSlurm) {
+    BC_INFO(Topo, "%s: every flow between its racks %s ran as fast as inside them (%s): no bottleneck between "
+            "them that the measurement sees, as on a non-blocking fabric; they are used",
+            kAboveText[above], given_text.c_str(), source.c_str());
+  } else {
+    const std::string measured_text =
+        measured_of_node.empty() ? "no rack level (every flow between nodes equally fast)" : node_groups_text(n.leaders, measured);
     BC_WARN(Topo,
             "%s and the network disagree: it groups the nodes (by their first rank) as %s, the measurement "
-            "finds %s (%s; BC_DEBUG=TOPO shows the rates). Its levels are used; a wrong file or address costs "
-            "speed, not results. Fix it, or set BC_TOPO_DISCOVER=off to skip this check",
-            kAboveText[above], given_text.c_str(), measured_text.c_str(), how.c_str());
+            "finds %s (%s). Its levels are used; a wrong file or address costs speed, not results. Fix it, "
+            "or set BC_TOPO_DISCOVER=off to skip this check",
+            kAboveText[above], given_text.c_str(), measured_text.c_str(), source.c_str());
+  }
   return BC_OK;
 }
 
@@ -283,6 +327,7 @@ Status detect(MPI_Comm comm, const ParamSet &params, Topology *out) {
   if (st == BC_OK && spec.empty()) st = local_keys(params, mine.node_leader, &keys, &names, &above);
   if (st != BC_OK) mine.status = st;
   mine.above = above;
+  mine.given_checked = g_given_checked ? 1 : 0;
   mine.nkeys = static_cast<int32_t>(keys.size());
   for (size_t i = 0; i < keys.size() && i < kMaxKeys; ++i) mine.keys[i] = keys[i];
 

@@ -121,13 +121,16 @@ std::string cache_key(const std::vector<int> &leaders, const std::vector<uint64_
   return os.str();
 }
 
-// The body's first line: "racks R0 R1 ..." or "none"; false when it is neither.
-bool parse_body(const std::string &body, int n, std::vector<int> *rack_of) {
+// The body's first line: "racks R0 R1 ...", "flat" (two passes agreed that
+// every flow is fast) or "none" (no level, the data inconclusive); false when
+// it is none of them.
+bool parse_body(const std::string &body, int n, std::vector<int> *rack_of, bool *flat) {
   std::istringstream in(body.substr(0, body.find('\n')));
   std::string word;
   if (!(in >> word)) return false;
   rack_of->clear();
-  if (word == "none") return !(in >> word);
+  *flat = word == "flat";
+  if (word == "none" || word == "flat") return !(in >> word);
   if (word != "racks") return false;
   int v = 0;
   while (in >> v) {
@@ -179,7 +182,8 @@ Status one_pass(MPI_Comm lc, int i, int n, RackClusters *c, std::string *ev) {
 }  // namespace
 
 Status discover_racks(MPI_Comm comm, const ParamSet &params, const std::vector<int64_t> &node_of,
-                      const std::vector<uint64_t> &host_hash, std::vector<int> *rack_of_node, std::string *how) {
+                      const std::vector<uint64_t> &host_hash, std::vector<int> *rack_of_node, std::string *how,
+                      bool *flat) {
   const double t0 = now_s();
   int rank = 0;
   BC_MPI_CHECK(MPI_Comm_rank(comm, &rank));
@@ -190,18 +194,20 @@ Status discover_racks(MPI_Comm comm, const ParamSet &params, const std::vector<i
   const int n = static_cast<int>(leaders.size());
   const bool use_cache = params.get_str(ParamId::TopoDiscover) == "auto";
   const std::string dir = cache_dir(params), key = cache_key(leaders, host_hash);
-  // msg[0]: 0 measure, 1 cached, 2 measured; msg[1]: 1 when a level was found; then the racks.
+  // msg[0]: 0 measure, 1 cached, 2 measured; msg[1]: 1 when a level was
+  // found, 2 when conclusively flat, 0 otherwise; then the racks.
   std::vector<int> msg(static_cast<size_t>(n) + 2, 0);
   if (rank == 0 && use_cache) {
     std::string body, why;
     std::vector<int> racks;
+    bool flat = false;
     if (!cache_read(dir, kKind, key, params.get_int(ParamId::ModelCacheAge), "BC_MODEL_CACHE_AGE", &body, &why)) {
       if (why != "no cached racks") BC_INFO(Topo, "discovered racks cache not used: %s", why.c_str());
-    } else if (!parse_body(body, n, &racks)) {
+    } else if (!parse_body(body, n, &racks, &flat)) {
       BC_INFO(Topo, "discovered racks cache not used: %s: bad body", cache_path(dir, kKind, key).c_str());
     } else {
       msg[0] = 1;
-      msg[1] = racks.empty() ? 0 : 1;
+      msg[1] = racks.empty() ? (flat ? 2 : 0) : 1;
       std::copy(racks.begin(), racks.end(), msg.begin() + 2);
     }
   }
@@ -255,7 +261,7 @@ Status discover_racks(MPI_Comm comm, const ParamSet &params, const std::vector<i
           more = !agreed && left >= (votes.empty() ? 2 : 1) ? 1 : 0;
           c = p;
           if (!agreed) {
-            c.found = false;
+            c.found = c.conclusive = false;
             c.why = "no two of " + std::to_string(passes) + " passes agree (" + std::to_string(votes.size()) +
                     " conclusive; the last: " + (p.found ? std::string("racks") : p.why) + ")";
           }
@@ -271,14 +277,14 @@ Status discover_racks(MPI_Comm comm, const ParamSet &params, const std::vector<i
                 (now_s() - t0) * 1e3, measure_ms, c.found ? "rack level found" : "no rack level", c.why.c_str(),
                 ev.c_str());
         msg[0] = 2;
-        msg[1] = c.found ? 1 : 0;
+        msg[1] = c.found ? 1 : c.conclusive ? 2 : 0;
         if (c.found) std::copy(c.rack_of.begin(), c.rack_of.end(), msg.begin() + 2);
         std::ostringstream os;
         if (c.found) {
           os << "racks";
           for (int r : c.rack_of) os << " " << r;
         } else {
-          os << "none";
+          os << (c.conclusive ? "flat" : "none");
         }
         os << "\n# " << c.why << "\n# rates " << ev << "\n";
         body = os.str();
@@ -291,10 +297,13 @@ Status discover_racks(MPI_Comm comm, const ParamSet &params, const std::vector<i
       BC_INFO(Topo, "discovered racks not cached: %s", why.c_str());
   }
   rack_of_node->clear();
-  if (msg[1]) rack_of_node->assign(msg.begin() + 2, msg.end());
+  if (msg[1] == 1) rack_of_node->assign(msg.begin() + 2, msg.end());
+  if (flat) *flat = msg[1] == 2;
   *how = msg[0] == 1 ? "cached in " + cache_path(dir, kKind, key) : "measured";
   if (rank == 0 && msg[0] == 1)
-    BC_INFO(Topo, "discovery over %d nodes: %s (%s)", n, msg[1] ? "rack level" : "no rack level", how->c_str());
+    BC_INFO(Topo, "discovery over %d nodes: %s (%s)", n,
+            msg[1] == 1 ? "rack level" : msg[1] == 2 ? "no rack level (every flow fast)" : "no rack level",
+            how->c_str());
   return BC_OK;
 }
 

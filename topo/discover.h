@@ -28,8 +28,11 @@ namespace bc {
 // name (every rank passes the same vectors). On return *rack_of_node holds
 // the rack of each node, nodes in order of their leaders, or is empty when no
 // rack level was found; *how says where it came from ("measured",
-// "cached in PATH"). Fails only where MPI fails.
+// "cached in PATH"); *flat (optional) is true when no level was found because
+// two passes agreed that every flow is fast, false when the data were
+// inconclusive (or a level was found). Fails only where MPI fails.
 Status discover_racks(MPI_Comm comm, const ParamSet &params, const std::vector<int64_t> &node_of,
-                      const std::vector<uint64_t> &host_hash, std::vector<int> *rack_of_node, std::string *how);
+                      const std::vector<uint64_t> &host_hash, std::vector<int> *rack_of_node, std::string *how,
+                      bool *flat = nullptr);
 
 }  // namespace bc

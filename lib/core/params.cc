@@ -68,9 +68,10 @@ const ParamDef kParamDefs[] = {
      "BC_CACHE_DIR, keyed by the nodes' hosts in rank order, ignored after BC_MODEL_CACHE_AGE) for "
      "later jobs on the same hosts. always: measure at every communicator creation, without either "
      "cache (still writes the file). off: no discovery. Where BC_TOPO_FILE or an address gives "
-     "the racks (3 nodes or more), auto and always measure them the same way to check them: INFO when "
-     "the network agrees, a WARN naming both groupings when it does not; the given levels are used "
-     "either way (off: no check). Every rank must use the same value."},
+     "the racks (3 nodes or more), auto and always measure them the same way to check them, once per "
+     "process: INFO when the network agrees, a WARN naming both groupings when it finds other racks "
+     "(or none where a file or BC_TOPO_ADDR gives some); the given levels are used either way (off: "
+     "no check; docs/TOPOLOGY.md). Every rank must use the same value."},
     {ParamId::Transport, "BC_TRANSPORT", ParamType::Enum, "auto", "auto|mpi|ucx|shm", kParamAnyRange,
      "Transport for every stage. auto: the best available per stage; a forced transport that "
      "cannot serve a stage is an error at communicator creation."},

@@ -18,7 +18,7 @@
 # On flat and racks, a BC_TOPO_FILE that groups the hosts as 2 racks of 2 is
 # then given (bc_info --topology): the measurement, from that cache, must
 # say that the network agrees with it (racks) or warn that it disagrees
-# (flat), and the file's levels are used either way.
+# (flat: every flow equally fast), and the file's levels are used either way.
 # Usage: discover_on_simcluster.sh SIMCLUSTER DISCOVER_CHECK LAYOUT [CREATIONS [BC_INFO]]
 set -u
 sc=$1 prog=$2 layout=$3 creations=${4:-10} info=${5:-}
@@ -51,8 +51,8 @@ forward=(-x "BC_DEBUG=${BC_DEBUG:-TOPO}")
 rc=$?
 if [ "$rc" = 0 ] && [ -n "$info" ] && { [ "$layout" = flat ] || [ "$layout" = racks ]; }; then
   printf 'sim-n1 r0\nsim-n2 r0\nsim-n3 r1\nsim-n4 r1\n' > "$dir/given.txt"
-  want="BC_TOPO_FILE: the network agrees with its racks {0,2} {4,6}"
-  [ "$layout" = flat ] && want="BC_TOPO_FILE and the network disagree: it groups the nodes (by their first rank) as {0,2} {4,6}, the measurement finds no rack level"
+  want="BC_TOPO_FILE: the network agrees with its racks: {0,2} {4,6}"
+  [ "$layout" = flat ] && want="BC_TOPO_FILE and the network disagree: it groups the nodes (by their first rank) as {0,2} {4,6}, the measurement finds no rack level (every flow between nodes equally fast)"
   "$sc" run --mca pml ob1 --mca btl_tcp_links 2 -x BC_CACHE_DIR="$dir/cache" -x BC_DEBUG=TOPO \
     -x BC_TOPO_FILE="$dir/given.txt" -np 8 "$info" --topology > "$dir/given.out" 2>&1
   info_rc=$?
@@ -61,7 +61,7 @@ if [ "$rc" = 0 ] && [ -n "$info" ] && { [ "$layout" = flat ] || [ "$layout" = ra
     echo "FAIL: bc_info --topology with a BC_TOPO_FILE exited with $info_rc"; rc=1
   elif ! grep -qF "$want" "$dir/given.out"; then
     echo "FAIL: the check of the given BC_TOPO_FILE did not say: $want"; rc=1
-  elif ! grep -q "BC_TOPO_FILE" "$dir/given.out" || ! grep -q "{0,1,2,3} {4,5,6,7}" "$dir/given.out"; then
+  elif ! grep -q "from MPI_COMM_TYPE_SHARED + BC_TOPO_FILE" "$dir/given.out" || ! grep -q "{0,1,2,3} {4,5,6,7}" "$dir/given.out"; then
     echo "FAIL: the file's racks {0,1,2,3} {4,5,6,7} were not used"; rc=1
   else
     echo "PASS: the given BC_TOPO_FILE was checked against the measurement and used"
