@@ -183,26 +183,18 @@ Nodes nodes_of(const std::vector<TopoRecord> &all) {
   return n;
 }
 
-// "{0,2} {4,6}": the nodes of each group, by their leaders' ranks; at most
-// 16 groups of at most 16 nodes shown, so that the message stays whole.
+// "{0,2} {4,6}": the nodes of each group, by their leaders' ranks, groups in
+// order of their first node; at most 16 groups (brace_groups caps each at 16
+// nodes), so that the message stays whole.
 std::string node_groups_text(const std::vector<int> &leaders, const std::vector<int64_t> &group_of_node) {
-  constexpr size_t kShown = 16;
   std::vector<int64_t> order;
-  for (int64_t g : group_of_node)
-    if (std::find(order.begin(), order.end(), g) == order.end()) order.push_back(g);
-  std::string out;
-  for (size_t k = 0; k < order.size() && k < kShown; ++k) {
-    std::string members;
-    size_t count = 0;
-    for (size_t i = 0; i < leaders.size(); ++i) {
-      if (group_of_node[i] != order[k]) continue;
-      if (count++ < kShown) members += (members.empty() ? "" : ",") + std::to_string(leaders[i]);
-    }
-    if (count > kShown) members += ",... (" + std::to_string(count) + " nodes)";
-    out += (out.empty() ? "{" : " {") + members + "}";
+  std::vector<std::vector<int>> groups;
+  for (size_t i = 0; i < leaders.size(); ++i) {
+    const size_t k = static_cast<size_t>(std::find(order.begin(), order.end(), group_of_node[i]) - order.begin());
+    if (k == order.size()) order.push_back(group_of_node[i]), groups.emplace_back();
+    groups[k].push_back(leaders[i]);
   }
-  if (order.size() > kShown) out += " ... (" + std::to_string(order.size()) + " groups)";
-  return out;
+  return brace_groups(groups, 16) + (groups.size() > 16 ? " (" + std::to_string(groups.size()) + " groups)" : "");
 }
 
 // Whether the groups put at least two nodes together and leave at least two
@@ -291,16 +283,14 @@ Status discover_level(MPI_Comm comm, const ParamSet &params, const std::vector<T
   if (above != kAboveNone || params.get_str(ParamId::TopoDiscover) == "off") return BC_OK;
   const Nodes n = nodes_of(all);
   if (n.leaders.size() < 3) return BC_OK;  // with 2 nodes no level can lie between them and the root
-  const std::vector<int64_t> &node_of = n.node_of;
-  const std::vector<int> &node_index = n.node_index;
   std::vector<int> rack_of_node;
   std::string how;
-  BC_CHECK(discover_racks(comm, params, node_of, n.host_hash, &rack_of_node, &how));
+  BC_CHECK(discover_racks(comm, params, n.node_of, n.host_hash, &rack_of_node, &how));
   if (rack_of_node.empty()) return BC_OK;
   for (size_t r = 0; r < all.size(); ++r) {
-    const int node = node_index[static_cast<size_t>(node_of[r])];
+    const int node = n.node_index[static_cast<size_t>(n.node_of[r])];
     if (node < 0) return BC_FAIL(BC_ERR_INTERNAL, "rank %zu's node leader %lld leads no node", r,
-                                 static_cast<long long>(node_of[r]));
+                                 static_cast<long long>(n.node_of[r]));
     (*keys)[r].push_back(rack_of_node[static_cast<size_t>(node)]);
   }
   names->push_back("rack");

@@ -62,20 +62,25 @@ std::string Topology::describe() const {
     for (int u = 0; u < static_cast<int>(parent[l - 1].size()); ++u)
       for (int r : ranks_of[u]) next[parent[l - 1][u]].push_back(r);
     for (auto &v : next) std::sort(v.begin(), v.end());
-    os << "  level " << l << " (" << level_names[l - 1] << "): " << next.size() << " unit(s):";
-    for (size_t u = 0; u < next.size() && u < 64; ++u) {
-      os << " {";
-      for (size_t i = 0; i < next[u].size(); ++i) {
-        if (i) os << ",";
-        if (i >= 16) { os << "..." << next[u].size() << " ranks"; break; }
-        os << next[u][i];
-      }
-      os << "}";
-    }
-    if (next.size() > 64) os << " ...";
-    os << "\n";
+    os << "  level " << l << " (" << level_names[l - 1] << "): " << next.size() << " unit(s): "
+       << brace_groups(next, 64) << "\n";
     ranks_of = std::move(next);
   }
+  return os.str();
+}
+
+std::string brace_groups(const std::vector<std::vector<int>> &groups, size_t max_groups) {
+  std::ostringstream os;
+  for (size_t u = 0; u < groups.size() && u < max_groups; ++u) {
+    os << (u ? " {" : "{");
+    for (size_t i = 0; i < groups[u].size(); ++i) {
+      if (i) os << ",";
+      if (i >= 16) { os << "..." << groups[u].size() << " ranks"; break; }
+      os << groups[u][i];
+    }
+    os << "}";
+  }
+  if (groups.size() > max_groups) os << " ...";
   return os.str();
 }
 

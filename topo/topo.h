@@ -41,6 +41,11 @@ struct Topology {
   std::string describe() const;
 };
 
+// Groups of ranks as "{0,1} {2,3}": at most 16 members shown per group (then
+// "...N ranks") and at most max_groups groups (then " ..."). Topology::describe
+// prints its units so; detect.cc the racks it compares.
+std::string brace_groups(const std::vector<std::vector<int>> &groups, size_t max_groups);
+
 // Parses a BC_TOPO spec for nranks ranks (syntax in params.cc's BC_TOPO doc):
 // "2x2x2", "4/2", "3,2,3", "2,2,2/2,1". A root level is added when the spec stops
 // short of one unit.
