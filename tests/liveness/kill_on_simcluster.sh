@@ -29,4 +29,13 @@ if [ "$rc" != 0 ] && grep -q "tcp_iface.c:307  Assertion" "$dir/check.out"; then
   echo "skipped: a survivor aborted on UCX 1.13's assertion in tcp_iface.c:307 (ep->conn_state != CLOSED) after the peer's death: a known UCX defect (docs/FAILURES.md)"
   exit 77
 fi
+# Open MPI 4.1's ob1 (no ULFM) aborts a process whose send fails: with the mpi
+# transport, a survivor whose message to the dead host was on the wire when
+# the connection reset is killed by Open MPI itself (`pml_ob1_sendreq.c:NNN
+# FATAL`), before any error can reach BlueConnect. Seen in 1 of 10 runs of
+# liveness_kill_sim_mpi; docs/FAILURES.md, "Known: Open MPI aborts ...".
+if [ "$rc" != 0 ] && grep -qE "pml_ob1_sendreq\.c:[0-9]+ FATAL" "$dir/check.out"; then
+  echo "skipped: Open MPI's ob1 aborted a survivor whose send to the dead host failed (pml_ob1_sendreq.c FATAL): the mpi transport cannot outlive a send in flight to a dead peer on Open MPI 4.1 without ULFM (docs/FAILURES.md)"
+  exit 77
+fi
 exit $rc
