@@ -14,6 +14,7 @@
 
 #include "core/log.h"
 #include "core/wait_policy.h"
+#include "transports/ucx/ucx_drain.h"
 #include "transports/ucx/ucx_transport.h"
 
 namespace bc {
@@ -286,6 +287,7 @@ void worker_probe(UcxWorker *w, int rank) {
 // worker was left to process exit instead (a same-node peer died): then `w`
 // must not be deleted either (UCX may still call back into it).
 bool worker_stop(UcxWorker *w) {
+  drain_stop(w);  // before the lock: it joins a thread that takes it
   std::lock_guard<std::recursive_mutex> lock(w->mutex);
   // A same-node endpoint has no peer-failure handling, and UCX 1.13 cannot
   // close one whose peer died with transfers in flight: ucp_worker_destroy
@@ -370,6 +372,7 @@ Status worker_acquire(bool event_mode, int64_t rndv_thresh, bool network_only, i
     return st;
   }
   w->users = 1;
+  drain_start(w.get());
   g_workers->push_back(w.get());
   *out = w.release();
   return BC_OK;

@@ -9,6 +9,7 @@
 
 #include "core/log.h"
 #include "core/wait_policy.h"
+#include "transports/ucx/ucx_drain.h"
 
 namespace bc {
 namespace {
@@ -78,6 +79,7 @@ Status UcxTransport::post_send(int peer, const void *buf, size_t bytes, bc_memty
   ucp_request_param_t param;
   std::memset(&param, 0, sizeof param);  // no callback: test() polls the request
   void *r = ucp_tag_send_nbx(peers_[peer].shared->ep, buf, bytes, make_tag(tag, rank_), &param);
+  drain_note_send(w_);
   if (UCS_PTR_IS_ERR(r))
     return BC_FAIL(BC_ERR_TRANSPORT, "ucx: send of %zu bytes to rank %d failed: %s", bytes, peer,
                    ucs_status_string(UCS_PTR_STATUS(r)));

@@ -2,7 +2,8 @@
 //
 // Files: ucx_setup.cc creates and destroys (context, worker, address exchange,
 // endpoints, teardown); ucx_transport.cc moves bytes (post, test, cancel,
-// idle_wait).
+// idle_wait); ucx_drain.cc progresses the worker between operations, so that
+// a send UCX completed before the socket took all of it still leaves.
 //
 // One UCP context, one worker and one endpoint per peer process, shared by
 // every communicator of the process (UcxWorker below), not one set per
@@ -33,7 +34,8 @@
 //    by different threads (BC_PROGRESS_THREAD) share it safely; idle_wait
 //    sleeps on the event fd without it. A thread that sleeps there may be woken
 //    late when another thread consumed the event it waited for: idle_wait's
-//    timeout bounds that.
+//    timeout bounds that. The drainer thread (ucx_drain.h) takes the mutex
+//    only with try_lock.
 //  - Lifetime: the worker is released by bc_finalize (transports_release_idle)
 //    once no communicator uses it: a program that creates and frees
 //    communicators in a loop keeps one worker and its connections.
@@ -80,13 +82,16 @@
 
 #include <ucp/api/ucp.h>
 
+#include <atomic>
 #include <bitset>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -159,6 +164,12 @@ struct UcxWorker {
   // (UcxTransport::cancel says why): while one is pending, or a same-node peer
   // has died, the worker is not destroyed (worker_stop).
   std::vector<void *> abandoned;
+  // The send drainer (ucx_drain.h): its own mutex and condition, not `mutex`.
+  std::thread drainer;
+  std::mutex drain_mutex;
+  std::condition_variable drain_cv;
+  bool drain_stop = false;
+  std::atomic<int64_t> last_send_ns{0};
 };
 
 // Progresses `worker` until every request in `reqs` is done or `ms` pass

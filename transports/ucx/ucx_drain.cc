@@ -1,0 +1,76 @@
+#include "transports/ucx/ucx_drain.h"
+
+#include <chrono>
+#include <cstdlib>
+#include <mutex>
+#include <set>
+
+#include "transports/ucx/ucx_transport.h"
+
+namespace bc {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+}
+
+void drain_loop(UcxWorker *w) {
+  std::unique_lock<std::mutex> lk(w->drain_mutex);
+  while (!w->drain_stop) {
+    const bool recent = now_ns() - w->last_send_ns.load(std::memory_order_relaxed) < 1000000000LL;
+    w->drain_cv.wait_for(lk, std::chrono::milliseconds(recent ? kDrainFastMs : kDrainSlowMs));
+    if (w->drain_stop) break;
+    lk.unlock();
+    {
+      std::unique_lock<std::recursive_mutex> wl(w->mutex, std::try_to_lock);
+      if (wl.owns_lock() && w->worker)
+        for (int i = 0; i < 16 && ucp_worker_progress(w->worker) != 0; ++i) {
+        }
+    }
+    lk.lock();
+  }
+}
+
+// Drainers still running at exit (a program that never called bc_finalize):
+// stopped before UCX's own destructors run under them.
+std::mutex g_running_mutex;
+std::set<UcxWorker *> *g_running = new std::set<UcxWorker *>;
+
+void stop_all_at_exit() {
+  std::set<UcxWorker *> left;
+  {
+    std::lock_guard<std::mutex> lock(g_running_mutex);
+    left = *g_running;
+  }
+  for (UcxWorker *w : left) drain_stop(w);
+}
+
+}  // namespace
+
+void drain_start(UcxWorker *w) {
+  static std::once_flag registered;
+  std::call_once(registered, [] { std::atexit(stop_all_at_exit); });
+  {
+    std::lock_guard<std::mutex> lock(g_running_mutex);
+    g_running->insert(w);
+  }
+  w->drain_stop = false;
+  w->drainer = std::thread(drain_loop, w);
+}
+
+void drain_stop(UcxWorker *w) {
+  {
+    std::lock_guard<std::mutex> lock(w->drain_mutex);
+    w->drain_stop = true;
+  }
+  w->drain_cv.notify_all();
+  if (w->drainer.joinable()) w->drainer.join();
+  std::lock_guard<std::mutex> lock(g_running_mutex);
+  g_running->erase(w);
+}
+
+void drain_note_send(UcxWorker *w) { w->last_send_ns.store(now_ns(), std::memory_order_relaxed); }
+
+}  // namespace bc
