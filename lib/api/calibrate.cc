@@ -21,7 +21,7 @@
 // A process keeps the models it calibrated, by layout and hosts: a later
 // communicator with the same layout on the same hosts (frameworks create
 // groups freely) takes rank 0's copy instead of calibrating again (about
-// 0.8 s on the simulated 4-node cluster). Across jobs, rank 0 keeps them in
+// 0.8-2 s on the simulated 4-node cluster). Across jobs, rank 0 keeps them in
 // the per-user cache (model_cache.h, BC_MODEL_CACHE) and a later job with the
 // same layout on the same hosts loads them from there.
 #include <mpi.h>
@@ -52,13 +52,22 @@ double median(std::vector<double> v) {
 
 constexpr int kRepeats = 3;
 constexpr int64_t kSmallPerOwner = 16;   // floats per owner: the latency point
-constexpr int64_t kLarge = 64 * 1024;    // floats (256 KiB): the bandwidth point
+constexpr int64_t kLarge = 64 * 1024;    // floats (256 KiB): the bandwidth point inside a node
+// The bandwidth point of a stage whose groups cross nodes: floats (1 MiB), the
+// largest chunk the model cuts (CostModel::max_chunk). At 256 KiB the fits
+// priced the network at up to 1.6x its sustained rate (layout d, 4 nodes x 2
+// ranks at 1 Gbit/s: predicted 0.62-0.67x the measured time at 4-16 MiB, with
+// 1 MiB 0.89-0.98x; 16 ranks on 8 nodes 0.70-0.75x, with 1 MiB 0.84-0.94x):
+// socket buffers and the link's burst carry much of a short exchange.
+constexpr int64_t kLargeAcross = 256 * 1024;
 // Operations timed back to back per measurement, after one barrier: the small
 // ones so that the barrier's exit skew is spread over many steps instead of
 // counted as latency; the large ones so that a link's burst allowance (a token
-// bucket, a switch buffer) is spent and the fit sees the sustained rate.
+// bucket, a switch buffer) is spent and the fit sees the sustained rate. One
+// 1 MiB operation moves twice what two 256 KiB ones do.
 constexpr int kSmallBackToBack = 8;
 constexpr int kLargeBackToBack = 2;
+constexpr int kLargeAcrossBackToBack = 1;
 // Whole plans, in one piece: the two sizes in floats (4 KiB, 64 KiB), timed
 // kSmallBackToBack and kPlanLargeBackToBack times back to back.
 constexpr int64_t kPlanSmall = 1024;
@@ -69,6 +78,7 @@ struct Trial {
   size_t stage;
   Algo algo;
   int64_t count;
+  int back_to_back;
 };
 
 // Stage s of h on its own: every group of that stage, nothing else.
@@ -84,6 +94,14 @@ Hierarchy single_stage(const Hierarchy &h, size_t s) {
 bool spans_nodes(const bc_comm *c) {
   for (int64_t n : c->topo.node_of)
     if (n != c->topo.node_of[0]) return true;
+  return false;
+}
+
+// Whether some group of the stage has members on two nodes.
+bool stage_crosses_nodes(const bc_comm *c, const StageGroups &sg) {
+  for (const std::vector<int> &g : sg.groups)
+    for (int r : g)
+      if (c->topo.node_of[r] != c->topo.node_of[g.front()]) return true;
   return false;
 }
 
@@ -115,7 +133,7 @@ Status run_trial(bc_comm *c, const Trial &t, std::vector<float> *buf, double *se
   const Top top = algo_find(t.algo)->top;
   const std::vector<Algo> algos{top != Top::Split ? Algo::Auto : t.algo};
   BC_CHECK(build_program(one, c->rank, CollKind::Allreduce, t.count, Algo::Auto, false, prog.get(), top, &algos));
-  return time_program(c, prog, t.count == kLarge ? kLargeBackToBack : kSmallBackToBack, buf, seconds);
+  return time_program(c, prog, t.back_to_back, buf, seconds);
 }
 
 // The plan fits (see the top of this file): every one-piece candidate timed
@@ -179,16 +197,18 @@ Status calibrate(bc_comm *c, CostModel *out) {
   for (size_t s = 0; s < nstages; ++s) {
     const int q = trial_stage(c, s).owners;
     const bool top = s + 1 >= h.stages.size();  // the split's top stage, or the flat one
+    const bool across = stage_crosses_nodes(c, trial_stage(c, s));
     for (const AlgoImpl *impl : algorithms()) {
       if (!impl->calibrated || !impl->calibrated(q, top)) continue;
-      trials.push_back({s, impl->id, kSmallPerOwner * q}), trials.push_back({s, impl->id, kLarge});
+      trials.push_back({s, impl->id, kSmallPerOwner * q, kSmallBackToBack});
+      trials.push_back({s, impl->id, across ? kLargeAcross : kLarge, across ? kLargeAcrossBackToBack : kLargeBackToBack});
     }
   }
   std::vector<float> buf;
   // One untimed run per stage first: connections are set up on first use.
   for (size_t s = 0; s < nstages; ++s) {
     double ignored = 0;
-    BC_CHECK(run_trial(c, {s, Algo::Ring, kLarge}, &buf, &ignored));
+    BC_CHECK(run_trial(c, {s, Algo::Ring, kLarge, 1}, &buf, &ignored));
   }
   std::vector<double> mine(trials.size() * kRepeats), slowest(mine.size());
   for (int r = 0; r < kRepeats; ++r)
