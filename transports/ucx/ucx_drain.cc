@@ -1,5 +1,7 @@
 #include "transports/ucx/ucx_drain.h"
 
+#include <pthread.h>
+
 #include <chrono>
 #include <cstdlib>
 #include <mutex>
@@ -17,6 +19,7 @@ int64_t now_ns() {
 }
 
 void drain_loop(UcxWorker *w) {
+  pthread_setname_np(pthread_self(), "bc-ucx-drain");  // for ps, top and gdb
   std::unique_lock<std::mutex> lk(w->drain_mutex);
   while (!w->drain_stop) {
     const bool recent = now_ns() - w->last_send_ns.load(std::memory_order_relaxed) < 1000000000LL;
@@ -71,6 +74,12 @@ void drain_stop(UcxWorker *w) {
   g_running->erase(w);
 }
 
-void drain_note_send(UcxWorker *w) { w->last_send_ns.store(now_ns(), std::memory_order_relaxed); }
+void drain_note_send(UcxWorker *w) {
+  const int64_t now = now_ns();
+  const int64_t before = w->last_send_ns.exchange(now, std::memory_order_relaxed);
+  // The first send after a quiet second: wake the drainer from its slow wait
+  // (a wake-up it misses costs at most kDrainSlowMs).
+  if (now - before >= 1000000000LL) w->drain_cv.notify_one();
+}
 
 }  // namespace bc

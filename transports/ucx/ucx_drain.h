@@ -30,7 +30,8 @@ constexpr int kDrainSlowMs = 100;
 // must be called without w->mutex held.
 void drain_start(UcxWorker *w);
 void drain_stop(UcxWorker *w);
-// Records a send (under w->mutex): the drainer wakes often for a second.
+// Records a send (under w->mutex): the drainer wakes often for a second, at
+// once when it was in its slow wait.
 void drain_note_send(UcxWorker *w);
 
 }  // namespace bc
