@@ -110,17 +110,28 @@ const StageGroups &trial_stage(const bc_comm *c, size_t s) {
   return s < c->hier.stages.size() ? c->hier.stages[s] : c->hier_flat.stages[0];
 }
 
+// Every collective step of the calibration starts here: a barrier that also
+// carries whether this rank failed since the last one (agree_status). A rank
+// whose measurement failed (a timeout, a transport error) takes part in
+// exactly one more and returns its error from it; every other rank returns
+// "calibration failed on another rank" from the same one, so all of them reach
+// comm_create's agreement together. With a plain barrier the failing rank went
+// on to that agreement while the others waited in the next barrier for ever
+// (seen after a BC_TIMEOUT inside the calibration, 16 ranks).
+Status sync_point(bc_comm *c, Status mine) { return agree_status(c->mpi, mine, "calibration"); }
+
 // Seconds per all-reduce of `prog` (one piece), `back_to_back` of them after one barrier.
 Status time_program(bc_comm *c, const std::shared_ptr<const Program> &prog, int back_to_back,
                     std::vector<float> *buf, double *seconds) {
   buf->assign(static_cast<size_t>(prog->count), 1.0f);
   const ExecContext ctx = exec_context(c, BC_FLOAT32, BC_SUM, BC_MEM_HOST);
-  BC_MPI_CHECK(MPI_Barrier(c->mpi));
+  BC_CHECK(sync_point(c, BC_OK));
   const auto start = std::chrono::steady_clock::now();
   for (int k = 0; k < back_to_back; ++k) {
     Operation op(ctx, reinterpret_cast<unsigned char *>(buf->data()), prog->count, 1, 1, prog, prog, c->seq);
     c->seq += 1;
-    BC_CHECK(op.wait());
+    const Status st = op.wait();
+    if (st != BC_OK) return sync_point(c, st);
   }
   *seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / back_to_back;
   return BC_OK;
@@ -132,7 +143,8 @@ Status run_trial(bc_comm *c, const Trial &t, std::vector<float> *buf, double *se
   // A whole-top algorithm (rd) is timed through its `top`, a stage algorithm forced on the stage.
   const Top top = algo_find(t.algo)->top;
   const std::vector<Algo> algos{top != Top::Split ? Algo::Auto : t.algo};
-  BC_CHECK(build_program(one, c->rank, CollKind::Allreduce, t.count, Algo::Auto, false, prog.get(), top, &algos));
+  const Status st = build_program(one, c->rank, CollKind::Allreduce, t.count, Algo::Auto, false, prog.get(), top, &algos);
+  if (st != BC_OK) return sync_point(c, st);
   return time_program(c, prog, t.back_to_back, buf, seconds);
 }
 
@@ -164,11 +176,13 @@ Status calibrate_plans(bc_comm *c, CostModel *m) {
     for (size_t i = 0; i < cands.size(); ++i) {
       for (int big = 0; big < 2; ++big) {
         std::shared_ptr<const Program> prog;
-        BC_CHECK(comm_plan(c, CollKind::Allreduce, false, big ? kPlanLarge : kPlanSmall, cands[i].choice, &prog));
+        const Status st = comm_plan(c, CollKind::Allreduce, false, big ? kPlanLarge : kPlanSmall, cands[i].choice, &prog);
+        if (st != BC_OK) return sync_point(c, st);
         BC_CHECK(time_program(c, prog, big ? kPlanLargeBackToBack : kSmallBackToBack, &buf, &mine[(i * 2 + big) * kRepeats + r]));
       }
     }
   }
+  BC_CHECK(sync_point(c, BC_OK));  // a failure in the last measurement is announced here
   BC_MPI_CHECK(MPI_Allreduce(mine.data(), slowest.data(), static_cast<int>(mine.size()), MPI_DOUBLE, MPI_MAX, c->mpi));
   const double b0 = kPlanSmall * 4.0, b1 = kPlanLarge * 4.0;
   for (size_t i = 0; i < cands.size(); ++i) {
@@ -213,6 +227,7 @@ Status calibrate(bc_comm *c, CostModel *out) {
   std::vector<double> mine(trials.size() * kRepeats), slowest(mine.size());
   for (int r = 0; r < kRepeats; ++r)
     for (size_t i = 0; i < trials.size(); ++i) BC_CHECK(run_trial(c, trials[i], &buf, &mine[i * kRepeats + r]));
+  BC_CHECK(sync_point(c, BC_OK));  // a failure in the last measurement is announced here
   BC_MPI_CHECK(MPI_Allreduce(mine.data(), slowest.data(), static_cast<int>(mine.size()), MPI_DOUBLE, MPI_MAX, c->mpi));
 
   out->fits.clear();
