@@ -10,9 +10,8 @@
 set -u
 sc=$1 kill_check=$2 prog=$3
 shift 3
-export BC_SIMCLUSTER_PREFIX=${BC_SIMCLUSTER_TEST_PREFIX:-bctest}k
-export BC_SIMCLUSTER_STATE=${BC_SIMCLUSTER_TEST_STATE:-/run/bc-simcluster-test}-kill
 . "$(dirname "$0")/../simcluster/sim_common.sh"
+sim_names k kill
 sim_up killsim --nodes 2 --slots 2 --bw 1gbit --delay 50us
 # kill_check.sh takes an mpirun; this one starts the ranks on the hosts.
 printf '#!/usr/bin/env bash\nexec "%s" run "$@"\n' "$sc" > "$dir/mpirun"

@@ -22,8 +22,6 @@
 # Usage: discover_on_simcluster.sh SIMCLUSTER DISCOVER_CHECK LAYOUT [CREATIONS [BC_INFO]]
 set -u
 sc=$1 prog=$2 layout=$3 creations=${4:-10} info=${5:-}
-export BC_SIMCLUSTER_PREFIX=${BC_SIMCLUSTER_TEST_PREFIX:-bctest}d
-export BC_SIMCLUSTER_STATE=${BC_SIMCLUSTER_TEST_STATE:-/run/bc-simcluster-test}-disc
 base=(--nodes 4 --slots 2 --bw 250mbit --delay 100us)
 case $layout in
   flat) up=("${base[@]}"); groups=(all all all all) ;;
@@ -34,6 +32,7 @@ case $layout in
   *) echo "unknown layout '$layout'"; exit 2 ;;
 esac
 . "$(dirname "$0")/sim_common.sh"
+sim_names d disc
 sim_up discsim "${up[@]}"
 for i in 1 2 3 4; do echo "sim-n$i ${groups[$((i - 1))]}"; done > "$dir/expected.txt"
 also=()

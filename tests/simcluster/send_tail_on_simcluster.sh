@@ -11,9 +11,8 @@
 # Usage: send_tail_on_simcluster.sh SIMCLUSTER BC_BENCH
 set -u
 sc=$1 bench=$2
-export BC_SIMCLUSTER_PREFIX=${BC_SIMCLUSTER_TEST_PREFIX:-bctest}t
-export BC_SIMCLUSTER_STATE=${BC_SIMCLUSTER_TEST_STATE:-/run/bc-simcluster-test}-tail
 . "$(dirname "$0")/sim_common.sh"
+sim_names t tail
 sim_up tail --nodes 2 --slots 1 --bw 1gbit --delay 100us
 timeout -k 5 120 "$sc" run -x BC_TRANSPORT=ucx -x BC_MODEL=off -x BC_TIMEOUT=20s \
   -x UCX_TCP_SNDBUF=4k -x UCX_TCP_RCVBUF=4k -np 2 "$bench" -c --app 0 -m 64K:256K -i 40 > "$dir/out" 2>&1

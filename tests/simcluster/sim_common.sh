@@ -4,7 +4,16 @@
 # tests/liveness/kill_on_simcluster.sh): skip where namespaces cannot be made,
 # a private folder, the cluster up, and down again however the test ends.
 # Needs $sc (scripts/simcluster) and the test's own BC_SIMCLUSTER_PREFIX and
-# BC_SIMCLUSTER_STATE exported, so that it never touches another's cluster.
+# BC_SIMCLUSTER_STATE exported (sim_names), so that it never touches another's
+# cluster.
+
+# sim_names PREFIX_SUFFIX STATE_SUFFIX: this test's own namespace prefix and
+# state folder, beside the MPI suite's (BC_SIMCLUSTER_TEST_PREFIX / _STATE:
+# for engineers whose suites run at once).
+sim_names() {
+  export BC_SIMCLUSTER_PREFIX=${BC_SIMCLUSTER_TEST_PREFIX:-bctest}$1
+  export BC_SIMCLUSTER_STATE=${BC_SIMCLUSTER_TEST_STATE:-/run/bc-simcluster-test}-$2
+}
 
 # sim_up TAG UP_ARGS...: exits 77, saying why, where no cluster can be made;
 # otherwise sets $dir (a folder of its own, /tmp/bc-TAG.XXXXXX) and brings the
