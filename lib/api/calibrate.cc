@@ -55,10 +55,10 @@ constexpr int64_t kSmallPerOwner = 16;   // floats per owner: the latency point
 constexpr int64_t kLarge = 64 * 1024;    // floats (256 KiB): the bandwidth point inside a node
 // The bandwidth point of a stage whose groups cross nodes: floats (1 MiB), the
 // largest chunk the model cuts (CostModel::max_chunk). At 256 KiB the fits
-// priced the network at up to 1.6x its sustained rate (layout d, 4 nodes x 2
-// ranks at 1 Gbit/s: predicted 0.62-0.67x the measured time at 4-16 MiB, with
-// 1 MiB 0.89-0.98x; 16 ranks on 8 nodes 0.70-0.75x, with 1 MiB 0.84-0.94x):
-// socket buffers and the link's burst carry much of a short exchange.
+// priced the network at up to 1.6x its sustained rate: socket buffers and the
+// link's burst carry much of a short exchange (layout d, 4 nodes x 2 ranks at
+// 1 Gbit/s: predicted 0.61-0.67x the measured time at 4-16 MiB, now 0.88-0.89x;
+// 8 nodes x 2 ranks 0.71x at 4 MiB, now 0.90-0.94x; docs/BENCHMARKS.md).
 constexpr int64_t kLargeAcross = 256 * 1024;
 // Operations timed back to back per measurement, after one barrier: the small
 // ones so that the barrier's exit skew is spread over many steps instead of
