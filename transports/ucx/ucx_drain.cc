@@ -3,9 +3,7 @@
 #include <pthread.h>
 
 #include <chrono>
-#include <cstdlib>
 #include <mutex>
-#include <set>
 
 #include "transports/ucx/ucx_transport.h"
 
@@ -28,37 +26,15 @@ void drain_loop(UcxWorker *w) {
     lk.unlock();
     {
       std::unique_lock<std::recursive_mutex> wl(w->mutex, std::try_to_lock);
-      if (wl.owns_lock() && w->worker)
-        for (int i = 0; i < 16 && ucp_worker_progress(w->worker) != 0; ++i) {
-        }
+      if (wl.owns_lock() && w->worker) ucx_progress_burst(w->worker);
     }
     lk.lock();
   }
 }
 
-// Drainers still running at exit (a program that never called bc_finalize):
-// stopped before UCX's own destructors run under them.
-std::mutex g_running_mutex;
-std::set<UcxWorker *> *g_running = new std::set<UcxWorker *>;
-
-void stop_all_at_exit() {
-  std::set<UcxWorker *> left;
-  {
-    std::lock_guard<std::mutex> lock(g_running_mutex);
-    left = *g_running;
-  }
-  for (UcxWorker *w : left) drain_stop(w);
-}
-
 }  // namespace
 
 void drain_start(UcxWorker *w) {
-  static std::once_flag registered;
-  std::call_once(registered, [] { std::atexit(stop_all_at_exit); });
-  {
-    std::lock_guard<std::mutex> lock(g_running_mutex);
-    g_running->insert(w);
-  }
   w->drain_stop = false;
   w->drainer = std::thread(drain_loop, w);
 }
@@ -70,8 +46,6 @@ void drain_stop(UcxWorker *w) {
   }
   w->drain_cv.notify_all();
   if (w->drainer.joinable()) w->drainer.join();
-  std::lock_guard<std::mutex> lock(g_running_mutex);
-  g_running->erase(w);
 }
 
 void drain_note_send(UcxWorker *w) {

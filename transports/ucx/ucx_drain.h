@@ -26,8 +26,9 @@ struct UcxWorker;
 constexpr int kDrainFastMs = 2;
 constexpr int kDrainSlowMs = 100;
 
-// Start and stop w's drainer (worker_acquire / worker_stop). Stop joins it and
-// must be called without w->mutex held.
+// Start and stop w's drainer (worker_acquire; worker_stop, and at exit for the
+// workers a program never released). Stop joins it and must be called without
+// w->mutex held; stopping twice is harmless.
 void drain_start(UcxWorker *w);
 void drain_stop(UcxWorker *w);
 // Records a send (under w->mutex): the drainer wakes often for a second, at

@@ -168,6 +168,13 @@ Status avoid_tcp_zcopy(ucp_config_t *config) {
 std::mutex g_workers_mutex;
 std::vector<UcxWorker *> *g_workers = new std::vector<UcxWorker *>;
 
+// At exit, the drainers of the workers a program never released (no
+// bc_finalize) stop before UCX's own destructors run under them.
+void stop_drainers_at_exit() {
+  std::lock_guard<std::mutex> lock(g_workers_mutex);
+  for (UcxWorker *w : *g_workers) drain_stop(w);
+}
+
 // Ids a process reports busy after releasing them, so that a new communicator
 // takes an id no recent one had.
 constexpr size_t kRecentIds = 64;
@@ -372,6 +379,8 @@ Status worker_acquire(bool event_mode, int64_t rndv_thresh, bool network_only, i
     return st;
   }
   w->users = 1;
+  static std::once_flag at_exit;
+  std::call_once(at_exit, [] { std::atexit(stop_drainers_at_exit); });
   drain_start(w.get());
   g_workers->push_back(w.get());
   *out = w.release();

@@ -14,9 +14,6 @@
 namespace bc {
 namespace {
 
-// ucp_worker_progress calls per test(): enough to drain a burst of completions,
-// bounded so that one test never spins for long.
-constexpr int kProgressBurst = 16;
 // How long cancel() waits for UCX to give a request up before it closes the
 // endpoint to force it.
 constexpr int kCancelWaitMs = 50;
@@ -56,11 +53,17 @@ ucp_tag_t UcxTransport::make_tag(uint32_t tag, int source) const {
          static_cast<uint32_t>(source);
 }
 
-bool UcxTransport::progress() {
+// ucp_worker_progress calls per burst: enough to drain a burst of completions,
+// bounded so that one call never spins for long.
+constexpr int kProgressBurst = 16;
+
+bool ucx_progress_burst(ucp_worker_h worker) {
   bool any = false;
-  for (int i = 0; i < kProgressBurst && ucp_worker_progress(worker_) != 0; ++i) any = true;
+  for (int i = 0; i < kProgressBurst && ucp_worker_progress(worker) != 0; ++i) any = true;
   return any;
 }
+
+bool UcxTransport::progress() { return ucx_progress_burst(worker_); }
 
 bool UcxTransport::wait_request(void *ucx_req, int ms) {
   return WaitPolicy::poll_for(ms, [&] { return ucp_request_check_status(ucx_req) != UCS_INPROGRESS; },

@@ -177,6 +177,9 @@ struct UcxWorker {
 // all: the bounded teardown wait of the transport and of the liveness watch
 // (ucx_watch.cc).
 void ucx_finish_requests(ucp_worker_h worker, std::vector<void *> *reqs, int ms);
+// Progresses `worker` until it reports nothing, at most 16 times; whether
+// anything moved. Under the worker's mutex: test() and the drainer.
+bool ucx_progress_burst(ucp_worker_h worker);
 
 class UcxTransport final : public Transport {
  public:
