@@ -258,7 +258,9 @@ class Bench {
 
   bool report(const char *what, bc_status_t st) {
     if (st == BC_OK) return true;
-    std::fprintf(stderr, "bc_bench: rank %d: %s failed: %s: %s\n", rank_, what, bc_strerror(st), bc_last_error());
+    // bc_last_error() starts with the status's name already ("timeout: ...").
+    const char *why = *bc_last_error() ? bc_last_error() : bc_strerror(st);
+    std::fprintf(stderr, "bc_bench: rank %d: %s failed: %s\n", rank_, what, why);
     return false;
   }
 

@@ -29,7 +29,8 @@ namespace {
 [[noreturn]] void fail(const std::string &what) { throw std::runtime_error("blueconnect: " + what); }
 
 void check_bc(bc_status_t st, const char *what) {
-  if (st != BC_OK) fail(std::string(what) + ": " + bc_strerror(st) + ": " + bc_last_error());
+  // bc_last_error() starts with the status's name already ("timeout: ...").
+  if (st != BC_OK) fail(std::string(what) + ": " + (*bc_last_error() ? bc_last_error() : bc_strerror(st)));
 }
 
 void check_mpi(int rc, const char *what) {
