@@ -157,11 +157,18 @@ PlanChoice model_stage_algos(const Hierarchy &h, const CostModel &m, PlanChoice 
 
 PlanChoice model_choose(const Hierarchy &split, const Hierarchy &leader, const Hierarchy &flat, const CostModel &m,
                         int64_t bytes, Prediction *pred) {
-  // Candidates in order of preference when the model calls them even: one
-  // chunk before many, bigger chunks before smaller (fewer steps to pay for),
-  // and then the deeper pipeline, which costs only scratch memory but absorbs
-  // the jitter that the model's steady pace leaves out.
-  static const int64_t kChunks[] = {0, 4 << 20, 1 << 20, 256 << 10, 64 << 10};
+  // Candidates in order of preference when the model calls them even (a later
+  // one must be 3% faster): one chunk before many; then 256 KiB chunks, larger
+  // ones, and 64 KiB last; and the deeper pipeline, which costs only scratch
+  // memory but absorbs the jitter that the model's steady pace leaves out.
+  // Why 256 KiB before 1 MiB: where the links set the pace the model prices
+  // them within 1% (only the pipeline's fill differs), and 256 KiB measured
+  // 3-10% faster at 4-16 MiB on 4 x 2 and 2 x 4 ranks at 250 Mbit/s and
+  // 1 Gbit/s (scripts/bench-chunks, docs/BENCHMARKS.md), while 1 MiB first
+  // left the model 6-14% slower than the best fixed chunking there. Where
+  // each step's alpha sets the pace, the larger chunk is 3% faster by the
+  // model's own measure and still wins.
+  static const int64_t kChunks[] = {0, 256 << 10, 1 << 20, 4 << 20, 64 << 10};
   static const int kDepths[] = {4, 2, 1};
   PlanChoice best;
   Prediction best_p;

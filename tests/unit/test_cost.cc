@@ -101,6 +101,32 @@ TEST_CASE("predict: one chunk is the sum of the stages; chunks stream at the bus
   REQUIRE_FALSE(predict(h, partial, c, S).ok);
 }
 
+TEST_CASE("model_choose: 256 KiB chunks unless larger ones are clearly faster", "[cost]") {
+  // 2 ranks per node, 4 nodes. Links set the pace (250 Mbit/s, 32 ns/B, 0.5 ms
+  // per step): 256 KiB and 1 MiB chunks are priced within 3%, and the smaller
+  // one is taken (it measured 3-10% faster at 4-16 MiB; lib/plan/cost.cc).
+  const Hierarchy split = hier("2x4", 8), leader = hier("2x4", 8, Hierarchy::Shape::Leader);
+  const Hierarchy flat = hier("2x4", 8, Hierarchy::Shape::Flat);
+  const CostModel link_paced = two_levels(100e-6, 1e-9, 0.5e-3, 32e-9);
+  Prediction p;
+  for (int64_t mib : {4, 16, 64}) {
+    const PlanChoice c = model_choose(split, leader, flat, link_paced, mib << 20, &p);
+    INFO(mib << " MiB");
+    REQUIRE(c.chunk_bytes == 256 << 10);
+    PlanChoice larger = c;
+    larger.chunk_bytes = 1 << 20;
+    REQUIRE(predict(split, link_paced, larger, mib << 20).seconds >= p.seconds * 0.97);
+  }
+  // Steps slow against the link (3 ms each): a 256 KiB chunk's six steps across
+  // nodes take longer than its bytes, and 1 MiB is clearly faster.
+  const CostModel step_paced = two_levels(100e-6, 1e-9, 3e-3, 32e-9);
+  const PlanChoice c = model_choose(split, leader, flat, step_paced, 16 << 20, &p);
+  REQUIRE(c.chunk_bytes >= 1 << 20);
+  PlanChoice smaller = c;
+  smaller.chunk_bytes = 256 << 10;
+  REQUIRE(predict(split, step_paced, smaller, 16 << 20).seconds > p.seconds * 1.03);
+}
+
 TEST_CASE("model_choose: latency plan when small, pipelined split when large", "[cost]") {
   const Hierarchy split = hier("2x4", 8), leader = hier("2x4", 8, Hierarchy::Shape::Leader);
   const Hierarchy flat = hier("2x4", 8, Hierarchy::Shape::Flat);
