@@ -163,9 +163,9 @@ PlanChoice model_choose(const Hierarchy &split, const Hierarchy &leader, const H
   // memory but absorbs the jitter that the model's steady pace leaves out.
   // Why 256 KiB before 1 MiB: where the links set the pace the model prices
   // them within 1% (only the pipeline's fill differs), and 256 KiB measured
-  // 3-10% faster at 4-16 MiB on 4 x 2 and 2 x 4 ranks at 250 Mbit/s and
-  // 1 Gbit/s (scripts/bench-chunks, docs/BENCHMARKS.md), while 1 MiB first
-  // left the model 6-14% slower than the best fixed chunking there. Where
+  // 3-10% faster at 4-16 MiB on 4 x 2 and 2 x 4 ranks at 250 Mbit/s
+  // (scripts/bench-chunks, docs/BENCHMARKS.md), while 1 MiB first left the
+  // model 4-13% slower than the best fixed chunking there. Where
   // each step's alpha sets the pace, the larger chunk is 3% faster by the
   // model's own measure and still wins.
   static const int64_t kChunks[] = {0, 256 << 10, 1 << 20, 4 << 20, 64 << 10};
