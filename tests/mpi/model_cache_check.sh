@@ -6,7 +6,9 @@
 #   2. warm: the next job loads it ("cost model (cache ...")
 #   3. corrupt: an edited file is not used (INFO names the checksum), the job
 #      calibrates and rewrites it, and the job after loads it again
-#   4. another layout: calibrated, its own file beside the first
+#   4. another layout: calibrated, its own file beside the first; over UCX
+#      (BC_TRANSPORT=ucx) with and without UCX_NET_DEVICES set (another
+#      network): a file each, the second loaded by the next job with it set
 #   5. stale: BC_MODEL_CACHE_AGE=1s after 2 s: calibrated again
 #   6. two jobs writing at once: both succeed, one whole file, no temporary
 #      files, and a later job loads it
@@ -64,6 +66,18 @@ job other "$C"
 [ "$(files_in "$C")" -eq 2 ] || fail "another layout: $(files_in "$C") files in the cache, not 2"
 layout="BC_MODEL=calibrate;BC_TOPO=1"
 
+# The same layout and hosts over a network the user chose for UCX: its own
+# file (a model timed on one network priced another at up to 4x its speed).
+# BC_TRANSPORT=ucx so that UCX carries the stages on one host;
+# UCX_NET_DEVICES=all is UCX's default, so the job itself runs as before.
+job ucx "$C" BC_TRANSPORT=ucx
+[ "$(source_of ucx)" = calibrated ] || fail "BC_TRANSPORT=ucx: model from '$(source_of ucx)', not calibrated"
+job netdev "$C" BC_TRANSPORT=ucx UCX_NET_DEVICES=all
+[ "$(source_of netdev)" = calibrated ] || fail "UCX_NET_DEVICES set: model from '$(source_of netdev)', not calibrated"
+[ "$(files_in "$C")" -eq 4 ] || fail "UCX_NET_DEVICES set: $(files_in "$C") files in the cache, not 4"
+job netdev_warm "$C" BC_TRANSPORT=ucx UCX_NET_DEVICES=all
+[ "$(source_of netdev_warm)" = cache ] || fail "UCX_NET_DEVICES set, again: model from '$(source_of netdev_warm)', not the cache"
+
 sleep 2
 job stale "$C" BC_MODEL_CACHE_AGE=1s
 [ "$(source_of stale)" = calibrated ] || fail "stale: model from '$(source_of stale)', not calibrated"
@@ -91,5 +105,5 @@ job off "$O" BC_MODEL_CACHE=off
 [ "$(source_of off)" = calibrated ] || fail "off: model from '$(source_of off)', not calibrated"
 [ ! -e "$O" ] || [ "$(files_in "$O")" -eq 0 ] || fail "off: something was written to $O"
 
-[ $status -eq 0 ] && echo "model cache: cold, warm, corrupt, other layout, stale, racing writers and off all behave"
+[ $status -eq 0 ] && echo "model cache: cold, warm, corrupt, other layout, another UCX network, stale, racing writers and off all behave"
 exit $status
