@@ -299,15 +299,13 @@ std::map<std::string, std::string> g_models;
 std::string ucx_network_key(const bc_comm *c) {
   bool ucx = false;
   for (const auto &t : c->transports) ucx = ucx || std::string(t->name()) == "ucx";
+  if (!ucx) return "";
   std::string chosen;
   for (const char *var : {"UCX_NET_DEVICES", "UCX_TLS"}) {
     const char *v = std::getenv(var);
-    if (ucx && v && *v) chosen += std::string(var) + "=" + v + ";";
+    if (v && *v) chosen += std::string(var) + "=" + v + ";";
   }
-  if (chosen.empty()) return "";
-  char hex[24];
-  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(fnv1a(chosen)));
-  return std::string(" ucx=") + hex;
+  return chosen.empty() ? "" : " ucx=" + hex64(fnv1a(chosen));
 }
 
 // The model's layout signature, the transports (and UCX's network when the

@@ -30,12 +30,6 @@ std::string library_version() {
          std::to_string(BC_VERSION_PATCH);
 }
 
-std::string hex64(uint64_t v) {
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
-  return buf;
-}
-
 // "" when `st` describes something only this user can change, else why not.
 std::string unsafe_because(const struct stat &st, const char *what) {
   if (st.st_uid != geteuid())

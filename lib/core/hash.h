@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdio>
 #include <string>
 
 namespace bc {
@@ -13,6 +14,13 @@ inline uint64_t fnv1a(const std::string &s, uint64_t h = 1469598103934665603ULL)
     h *= 1099511628211ULL;
   }
   return h;
+}
+
+// A hash as 16 hex digits: cache file names and checksums, key parts.
+inline std::string hex64(uint64_t v) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
 }
 
 }  // namespace bc

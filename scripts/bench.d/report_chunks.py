@@ -11,19 +11,14 @@ import json
 import os
 import sys
 
+from report import fmt_size as fmt  # scripts/bench's report, beside this file
+
 UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
 
 def chunk_bytes(setting):
     v = setting[len("chunk"):]
     return int(v[:-1]) * UNITS[v[-1]] if v and v[-1] in UNITS else int(v)
-
-
-def fmt(b):
-    for u, s in ((1 << 20, "M"), (1 << 10, "K")):
-        if b >= u and b % u == 0:
-            return "%d%s" % (b // u, s)
-    return str(b)
 
 
 def load(d, layout, setting):
