@@ -203,9 +203,10 @@ const ParamDef kParamDefs[] = {
      "fails (use shm or ucx). 0: progress happens only inside bc_test, bc_wait and blocking calls."},
     {ParamId::PmpiRoute, "BC_PMPI_ROUTE", ParamType::Enum, "learn", "learn|bc", kParamAnyRange,
      "PMPI preload, MPI_Allreduce: learn = per communicator and power-of-two size bucket, the "
-     "first calls of a bucket are probes (1 untimed and 9 timed through BlueConnect, then the "
-     "same through the MPI library, each back to back; 1 and 3 from 1 MiB up), then one small PMPI_Allreduce agrees on "
-     "the slowest rank's medians and the bucket stays with BlueConnect unless the MPI library "
+     "first calls of a bucket are probes (1 untimed call and 9 timed samples through BlueConnect, "
+     "then the same through the MPI library, each back to back; 1 and 3 from 1 MiB up; a sample "
+     "is a run of 8 calls up to 4 KiB, 4 at 8 KiB, 2 at 16 KiB, 1 call from 32 KiB), then one "
+     "small PMPI_Allreduce agrees on the slowest rank's per-call medians and the bucket stays with BlueConnect unless the MPI library "
      "was faster (docs/PMPI.md; BC_PMPI_STATS lists each bucket's route and times). MPI_Iallreduce "
      "follows a bucket's decision and goes to BlueConnect while it is learned. bc = every call "
      "BlueConnect can serve goes to BlueConnect."},

@@ -57,11 +57,13 @@ void SizeRoute::record(int64_t bytes, Path path, double seconds, const Agree &ag
   Bucket &b = buckets_[i];
   if (b.decided || probe_path(i, b.calls, b.round) != path || !probe_timed(i, b.calls))
     return;  // not the probe asked for
-  const int slot = b.calls % (probes(i) / 2) - kWarmup;
-  (path == Path::Bc ? b.bc : b.mpi)[slot] = seconds;
+  const int run = calls_per_sample(i);
+  const int call = b.calls % (probes(i) / 2) - kWarmup;  // among this library's timed calls
+  double *sample = (path == Path::Bc ? b.bc : b.mpi) + call / run;
+  *sample = call % run == 0 ? seconds : *sample + seconds;
   if (++b.calls < probes(i)) return;
   const int n = timed_per_library(i);
-  double bc = median(b.bc, n), mpi = median(b.mpi, n);
+  double bc = median(b.bc, n) / run, mpi = median(b.mpi, n) / run;
   b.decided = true;
   b.close = false;
   if (!agree(&bc, &mpi)) {  // stays with BlueConnect, for good
@@ -102,7 +104,7 @@ std::string SizeRoute::describe() const {
     else if (b.bc_median == 0 && b.mpi_median == 0)
       std::snprintf(line + n, sizeof line - n, "blueconnect (the agreement failed)");
     else
-      std::snprintf(line + n, sizeof line - n, "%s (slowest rank's median%s: blueconnect %.1f us, mpi %.1f us)%s",
+      std::snprintf(line + n, sizeof line - n, "%s (slowest rank's median%s: blueconnect %.2f us, mpi %.2f us)%s",
                     b.path == Path::Bc ? "blueconnect" : "mpi", b.round ? ", lower of two looks" : "",
                     b.bc_median * 1e6, b.mpi_median * 1e6, b.close ? "; close: a second look follows" : "");
     out += line;

@@ -10,13 +10,24 @@
 // How: sizes are grouped in power-of-two buckets. The first calls of each
 // bucket are probes, each library run back to back as the program calls it:
 //
-//   call of the bucket   0      1 .. T       T+1    T+2 .. 2T+1   2T+2 ...
-//   served by            bc     bc           mpi    mpi            the winner
+//   call of the bucket   0      1 .. TK      TK+1   TK+2 .. 2TK+1   2TK+2 ...
+//   served by            bc     bc           mpi    mpi              the winner
 //   timed                warm   yes          warm   yes
 //
-// with T = 9 timed calls per library below 1 MiB (cheap, and small calls are
-// the noisiest) and T = 3 from 1 MiB up. T depends on the size alone, never
-// on a time, so the probes line up on every rank.
+// with T = 9 timed samples per library below 1 MiB (cheap, and small calls
+// are the noisiest) and T = 3 from 1 MiB up. A sample is the time of K calls
+// in a row (their per-call mean), K = 8 up to 4 KiB, fewer up to 32 KiB
+// (calls_per_sample), 1 above. Why runs and not single calls: a tiny call's
+// time is not one number. Open MPI's 4-byte all-reduce at np 2 alternates a
+// fast call (0.2-0.3 us) and a slow one (1.5-1.7 us) on each rank, never two
+// fast in a row; its loop takes 0.85 us a call. The median of 9 single calls
+// falls on either mode (above 1.2 us in a third to nearly half of the
+// windows), and the MAX over ranks then prefers the slow one, so BlueConnect
+// (1.25-1.35 us on every call) won probes it loses in a loop (0.66-0.82x on
+// 2026-12-03). The mean of 8 calls in a row is the loop's time; the median
+// of such means still drops a sample a preemption spoiled.
+// T and K depend on the size alone, never on a time, so the probes line up
+// on every rank.
 // After the last probe every rank contributes its medians to one small
 // PMPI_Allreduce (MAX) on the communicator, so every rank sees the same
 // numbers and takes the same route (MPI requires every rank to call the
@@ -33,9 +44,10 @@
 // 1.03 ms) where BlueConnect's loops take 1.0 and 0.6 ms, MPI's 1.2 and
 // 0.7 ms. Noise only ever adds time, so the lower median is the better
 // estimate. The cost, once per bucket of a program that makes more than
-// kRecheckAfter calls of it: at most kTimedSmall + 1 calls of the slower
-// library, each under kRecheckRatio times the faster's. The learner itself is plain data: `agree`
-// is injected, so a unit test drives it without MPI.
+// kRecheckAfter calls of it: at most probes(bucket) / 2 calls of the slower
+// library (73 up to 4 KiB, 10 from 32 KiB to 1 MiB, 4 above), each under
+// kRecheckRatio times the faster's. The learner itself is plain data:
+// `agree` is injected, so a unit test drives it without MPI.
 #pragma once
 
 #include <cstdint>
@@ -51,16 +63,23 @@ class SizeRoute {
  public:
   static constexpr int kBuckets = 48;     // up to 2^47 bytes
   static constexpr int kWarmup = 1;         // untimed calls before each library's timed ones
-  static constexpr int kTimedSmall = 9;     // timed calls per library below kLargeBytes (the median counts)
+  static constexpr int kTimedSmall = 9;     // timed samples per library below kLargeBytes (the median counts)
   static constexpr int kTimedLarge = 3;     // and from kLargeBytes up
   static constexpr int64_t kLargeBytes = 1 << 20;
+  static constexpr int kRunMaxCalls = 8;           // calls in one sample, for the smallest sizes
+  static constexpr int64_t kRunBytes = 32 << 10;   // a sample carries about this many bytes, up to kRunMaxCalls calls
   static constexpr double kRecheckRatio = 2.0;  // a decision by less than this factor: a second look
   static constexpr int kRecheckAfter = 32;  // calls of the bucket between the two rounds
   // Calls of a bucket that are probes.
-  static int probes(int bucket) { return 2 * (kWarmup + timed_per_library(bucket)); }
+  static int probes(int bucket) { return 2 * (kWarmup + timed_per_library(bucket) * calls_per_sample(bucket)); }
   // Calls of a bucket before its route is final at the latest (a second look included).
   static int learning_calls(int bucket) { return 2 * probes(bucket) + kRecheckAfter; }
   static int timed_per_library(int bucket) { return (int64_t{1} << bucket) >= kLargeBytes ? kTimedLarge : kTimedSmall; }
+  // Calls timed together as one sample: kRunBytes / the bucket's smallest size, within 1..kRunMaxCalls.
+  static int calls_per_sample(int bucket) {
+    const int64_t calls = kRunBytes >> bucket;
+    return calls >= kRunMaxCalls ? kRunMaxCalls : calls < 1 ? 1 : static_cast<int>(calls);
+  }
 
   // Replaces two local medians (seconds) by the largest over the ranks, on
   // every rank; returns false when that failed (the bucket then stays with
@@ -89,9 +108,9 @@ class SizeRoute {
     bool close = false;  // round 0's medians were within kRecheckRatio: look again
     bool decided = false;
     Path path = Path::Bc;
-    double bc[kTimedSmall] = {};
+    double bc[kTimedSmall] = {};   // seconds per sample (the sum of its calls' times)
     double mpi[kTimedSmall] = {};
-    double bc_median = 0, mpi_median = 0;  // agreed (slowest rank's), once decided; the lower of two rounds
+    double bc_median = 0, mpi_median = 0;  // per call, agreed (slowest rank's), once decided; the lower of two rounds
     uint64_t served[2] = {0, 0};            // calls by path, probes included
   };
   Bucket buckets_[kBuckets];

@@ -38,13 +38,18 @@ TEST_CASE("SizeRoute: buckets are powers of two", "[pmpi]") {
 TEST_CASE("SizeRoute: probes each library back to back, then keeps the faster", "[pmpi]") {
   SizeRoute r;
   const std::vector<Path> paths = probe(&r, 4, 100e-6, 40e-6, as_is());
-  // Small: 1 + 9 calls through BlueConnect, then 1 + 9 through MPI.
-  std::vector<Path> want(10, Path::Bc);
-  want.resize(20, Path::Mpi);
+  // Tiny: 1 + 9 runs of 8 calls through BlueConnect, then the same through MPI.
+  std::vector<Path> want(73, Path::Bc);
+  want.resize(146, Path::Mpi);
   CHECK(paths == want);
-  // From 1 MiB: 1 + 3 each.
-  CHECK(SizeRoute::probes(SizeRoute::bucket_of(1 << 20)) == 8);
+  // Runs shorten up to 32 KiB; from there 1 + 9 single calls, and from 1 MiB 1 + 3.
+  CHECK(SizeRoute::probes(SizeRoute::bucket_of(4096)) == 146);
+  CHECK(SizeRoute::probes(SizeRoute::bucket_of(8191)) == 146);
+  CHECK(SizeRoute::probes(SizeRoute::bucket_of(8192)) == 74);
+  CHECK(SizeRoute::probes(SizeRoute::bucket_of(16384)) == 38);
+  CHECK(SizeRoute::probes(SizeRoute::bucket_of(32768)) == 20);
   CHECK(SizeRoute::probes(SizeRoute::bucket_of((1 << 20) - 1)) == 20);
+  CHECK(SizeRoute::probes(SizeRoute::bucket_of(1 << 20)) == 8);
   bool timed = true;
   CHECK(r.next(5, &timed) == Path::Mpi);  // same bucket (4..7): MPI was faster
   CHECK_FALSE(timed);
@@ -54,7 +59,7 @@ TEST_CASE("SizeRoute: probes each library back to back, then keeps the faster", 
   CHECK(r.next(1 << 20, &timed) == Path::Bc);
   CHECK_FALSE(timed);
   const std::string d = r.describe();
-  CHECK_THAT(d, Catch::Matchers::Contains("bytes 4-7: blueconnect 10, mpi 12; mpi (slowest rank's median: blueconnect 100.0 us, mpi 40.0 us)"));
+  CHECK_THAT(d, Catch::Matchers::Contains("bytes 4-7: blueconnect 73, mpi 75; mpi (slowest rank's median: blueconnect 100.00 us, mpi 40.00 us)"));
   CHECK_THAT(d, Catch::Matchers::Contains("bytes 1048576-2097151: blueconnect 5, mpi 4; blueconnect"));
 }
 
@@ -92,7 +97,50 @@ TEST_CASE("SizeRoute: medians ignore one outlier; a failed agreement keeps BlueC
   CHECK(learning.unprobed(256) == Path::Bc);
   CHECK(learning.next(256, &timed) == Path::Bc);
   CHECK_FALSE(timed);  // still the untimed first probe
-  CHECK_THAT(learning.describe(), Catch::Matchers::Contains("learning (1 of 20 probes)"));
+  CHECK_THAT(learning.describe(), Catch::Matchers::Contains("learning (1 of 146 probes)"));
+}
+
+TEST_CASE("SizeRoute: a tiny call is timed as a run of calls, so alternating call times average out", "[pmpi]") {
+  // Open MPI's 4-byte all-reduce at np 2 (2026-12-03): a slow call (1.6 us) and a fast one (0.3 us)
+  // in turn on each rank, 0.95 us a call on average; BlueConnect 1.3 us on every call. Single calls
+  // gave a median on either mode, and the slowest rank's slow one sent the bucket to BlueConnect.
+  for (int slow_first = 0; slow_first < 2; ++slow_first) {
+    SizeRoute r;
+    int mpi_calls = 0;
+    double want_mpi = 0;
+    const int64_t bytes = 4;
+    for (int k = 0; k < SizeRoute::probes(SizeRoute::bucket_of(bytes)); ++k) {
+      bool timed = false;
+      const Path p = r.next(bytes, &timed);
+      if (!timed) continue;
+      double s = 1.3e-6;
+      if (p == Path::Mpi) s = (mpi_calls++ % 2 == 0) == (slow_first == 1) ? 1.6e-6 : 0.3e-6;
+      if (p == Path::Mpi) want_mpi += s;
+      r.record(bytes, p, s, [](double *bc, double *mpi) {
+        // Two ranks out of step: the other rank's runs are the same calls, so its per-call mean is too.
+        *bc = std::max(*bc, 1.3e-6);
+        *mpi = std::max(*mpi, 0.95e-6);
+        return true;
+      });
+    }
+    CHECK(mpi_calls == 72);
+    CHECK(want_mpi / mpi_calls == Approx(0.95e-6));
+    bool timed = true;
+    CHECK(r.next(bytes, &timed) == Path::Mpi);
+    CHECK_FALSE(timed);
+    CHECK_THAT(r.describe(), Catch::Matchers::Contains("mpi (slowest rank's median: blueconnect 1.30 us, mpi 0.95 us)"));
+  }
+  // One preempted call spoils one run, not the decision: BlueConnect 10 us with a 500 us call, MPI 20 us.
+  SizeRoute r;
+  int bc_calls = 0;
+  for (int k = 0; k < SizeRoute::probes(SizeRoute::bucket_of(64)); ++k) {
+    bool timed = false;
+    const Path p = r.next(64, &timed);
+    if (timed) r.record(64, p, p == Path::Bc ? (bc_calls++ == 30 ? 500e-6 : 10e-6) : 20e-6, as_is());
+  }
+  bool timed = true;
+  CHECK(r.next(64, &timed) == Path::Bc);
+  CHECK_THAT(r.describe(), Catch::Matchers::Contains("blueconnect 10.00 us, mpi 20.00 us"));
 }
 
 TEST_CASE("SizeRoute: a close call gets a second look with MPI first; the lower medians decide", "[pmpi]") {
@@ -116,7 +164,7 @@ TEST_CASE("SizeRoute: a close call gets a second look with MPI first; the lower 
   CHECK(r.next(bytes, &timed) == Path::Bc);
   CHECK_FALSE(timed);
   const std::string d = r.describe();
-  CHECK_THAT(d, Catch::Matchers::Contains("blueconnect (slowest rank's median, lower of two looks: blueconnect 1000.0 us, mpi 1200.0 us)"));
+  CHECK_THAT(d, Catch::Matchers::Contains("blueconnect (slowest rank's median, lower of two looks: blueconnect 1000.00 us, mpi 1200.00 us)"));
   // Decided for good: no third look, however many calls follow.
   for (int k = 0; k < 3 * SizeRoute::kRecheckAfter; ++k) {
     CHECK(r.next(bytes, &timed) == Path::Bc);
