@@ -15,6 +15,7 @@ bc_status_t finalize() { return api_finalize(); }
 int64_t param_int(ParamId id) { return global_params().get_int(id); }
 std::string param_str(ParamId id) { return global_params().get_str(id); }
 bc_memtype_t memtype_of(const void *p) { return bc::memtype_of(p); }
+bool device_buffers_usable() { return cuda_unusable_reason()[0] == '\0'; }
 
 bool device_reduces(bc_dtype_t dtype, bc_op_t op) {
   if (reduce_check_cuda(dtype, op) == BC_OK) return true;

@@ -5,7 +5,6 @@
 
 #include <cuda_runtime_api.h>
 
-#include <mutex>
 #include <string>
 
 #include "core/log.h"
@@ -13,11 +12,11 @@
 namespace bc {
 namespace {
 
-std::once_flag g_probe_once;
 bool g_usable = false;
 std::string g_reason;
 
-void probe() {
+// Runs once, from usable().
+bool probe() {
   int n = 0;
   cudaError_t e = cudaGetDeviceCount(&n);
   if (e != cudaSuccess) {
@@ -29,11 +28,17 @@ void probe() {
     g_usable = true;
   }
   BC_INFO(Init, "CUDA: %s", g_usable ? "device buffers usable" : g_reason.c_str());
+  return g_usable;
 }
 
+// A function-local static, not std::call_once: memtype_of runs on every call
+// the PMPI preload sees, and libstdc++'s call_once sets two thread-locals and
+// calls pthread_once each time, done or not (19 % and most of the 17 % in
+// __tls_get_addr of a passed 4-byte MPI_Allreduce at np 1); a local static's
+// guard is one acquire load once initialised.
 bool usable() {
-  std::call_once(g_probe_once, probe);
-  return g_usable;
+  static const bool usable_now = probe();
+  return usable_now;
 }
 
 Status cuda_fail(cudaError_t e, const char *what) {

@@ -30,6 +30,9 @@ BC_API int64_t param_int(ParamId id);
 BC_API std::string param_str(ParamId id);
 // Where a buffer lives (BC_MEM_HOST without a CUDA build).
 BC_API bc_memtype_t memtype_of(const void *p);
+// Whether any buffer can be device memory (a CUDA build and a usable device);
+// false: memtype_of says BC_MEM_HOST for every pointer. Probed once.
+BC_API bool device_buffers_usable();
 // Whether the device kernels reduce (dtype, op); false leaves no error behind.
 BC_API bool device_reduces(bc_dtype_t dtype, bc_op_t op);
 // A copy between host and device memory (either direction).

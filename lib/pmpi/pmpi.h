@@ -37,6 +37,9 @@ enum class Reason : int {
   Count
 };
 
+// Whether `p` is device (or managed) memory; false for null and MPI_IN_PLACE.
+bool on_device(const void *p);
+
 // The MPI library's own collectives on buffers that may live on the GPU: the
 // pointers go to PMPI_* as they are when the MPI is CUDA-aware
 // (MPIX_Query_cuda_support), else through host copies (in, PMPI_*, out).
@@ -60,8 +63,9 @@ constexpr int kPass = -1;
 
 // > 0 while this thread runs BlueConnect code: the library's own
 // MPI_Allreduce / MPI_Allgather (communicator setup) go straight to MPI, and
-// the progress callback (pmpi_requests.cc) stays out.
-inline thread_local int t_inside = 0;
+// the progress callback (pmpi_requests.cc) stays out. Initial-exec: read on
+// every call the preload sees, and the preload is loaded at program start.
+inline thread_local int t_inside __attribute__((tls_model("initial-exec"))) = 0;
 struct Inside {
   Inside() { ++t_inside; }
   ~Inside() { --t_inside; }
