@@ -86,8 +86,10 @@ bool requests_async();
 int requests_start(bc_request_t op, bc_comm_t comm, MPI_Request *request);
 void requests_drain(bc_comm_t comm);
 void requests_finalize();
+// `memo`: first the thread's memo of a final learned route to MPI (pmpi.cc,
+// PassMemo); false where the caller asked it already (the C entry point).
 int allreduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype dt, MPI_Op op, MPI_Comm comm,
-              int fallback_reason = -1);
+              int fallback_reason = -1, bool memo = true);
 int reduce_scatter_block(const void *sendbuf, void *recvbuf, int recvcount, MPI_Datatype dt, MPI_Op op,
                          MPI_Comm comm, int fallback_reason = -1);
 int allgather(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, int recvcount,

@@ -24,14 +24,6 @@ bool probe_timed(int b, int k) { return k % (SizeRoute::probes(b) / 2) >= SizeRo
 
 }  // namespace
 
-int SizeRoute::bucket_of(int64_t bytes) {
-  int b = 0;
-  while (bytes > 1 && b < kBuckets - 1) {
-    bytes >>= 1;
-    ++b;
-  }
-  return b;
-}
 
 Path SizeRoute::next(int64_t bytes, bool *timed) {
   const int i = bucket_of(bytes);
@@ -80,6 +72,13 @@ void SizeRoute::record(int64_t bytes, Path path, double seconds, const Agree &ag
   b.bc_median = bc;
   b.mpi_median = mpi;
   b.path = mpi < bc ? Path::Mpi : Path::Bc;
+}
+
+bool SizeRoute::final_route(int64_t bytes, Path *path) const {
+  const Bucket &b = buckets_[bucket_of(bytes)];
+  if (!b.decided || (b.close && b.round == 0)) return false;
+  *path = b.path;
+  return true;
 }
 
 Path SizeRoute::unprobed(int64_t bytes) {

@@ -86,7 +86,11 @@ class SizeRoute {
   // BlueConnect, and the failure is the MPI library's to report).
   using Agree = std::function<bool(double *bc_seconds, double *mpi_seconds)>;
 
-  static int bucket_of(int64_t bytes);
+  static int bucket_of(int64_t bytes) {
+    if (bytes <= 1) return 0;
+    const int b = 63 - __builtin_clzll(static_cast<unsigned long long>(bytes));
+    return b < kBuckets - 1 ? b : kBuckets - 1;
+  }
   // The route of the next blocking call of `bytes`; *timed says whether the
   // caller must time it and report it with record().
   Path next(int64_t bytes, bool *timed);
@@ -96,6 +100,11 @@ class SizeRoute {
   // The route of a call that is not probed (MPI_Iallreduce): the bucket's
   // decision, or BlueConnect while it is still being learned.
   Path unprobed(int64_t bytes);
+  // Whether the bucket of `bytes` is decided for good (no probe and no second
+  // look to come), and for which library: a caller may then route later calls
+  // of the bucket itself and count each with count_final().
+  bool final_route(int64_t bytes, Path *path) const;
+  void count_final(int64_t bytes, Path path) { ++buckets_[bucket_of(bytes)].served[static_cast<int>(path)]; }
 
   // For BC_PMPI_STATS: one line per bucket that saw calls.
   std::string describe() const;

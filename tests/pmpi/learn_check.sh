@@ -9,7 +9,13 @@
 #      second look (SizeRoute::learning_calls: 324 up to 4 KiB, probes timed
 #      as runs of 8 calls); with fewer a close first look (medians within 2x,
 #      as on a loaded machine) may still be learning;
-#   2. BC_PMPI_ROUTE=bc: every call served by BlueConnect, no route lines.
+#   2. BC_PMPI_ROUTE=bc: every call served by BlueConnect, no route lines;
+#   3. `pmpi_check --reuse 400`: three communicators made and freed in turn
+#      (a freed handle is often the next one's), 8-byte calls with other
+#      datatypes and in-place calls among them, results exact: each learns
+#      its route anew (its own probes through BlueConnect), and the counts
+#      add up, also for the calls a final route to MPI passes by the thread's
+#      memo without the route's checks (lib/pmpi/pmpi.cc, PassMemo).
 # The exact sweep (pmpi_np1..8) runs under learn too, so calls that switch
 # library mid-run are checked bit for bit there.
 # Environment (tests/pmpi/meson.build): MPIRUN, MPIRUN_ARGS, PRELOAD, EXE
@@ -52,4 +58,24 @@ for ((r = 0; r < NP; ++r)); do
   [ "${served:-0}" -eq "$CALLS" ] || fail "rank $r: BC_PMPI_ROUTE=bc served ${served:-0} of $CALLS"
   grep -q "route" "$W/bc.$r" && fail "rank $r: route lines with BC_PMPI_ROUTE=bc"
 done
+REUSE=400
+"$MPIRUN" "${ARGS[@]}" -x "LD_PRELOAD=$PRELOAD" -x "BC_PMPI_STATS=$W/reuse.%r" -np "$NP" "$EXE" --reuse "$REUSE" \
+  > "$W/reuse.out" 2>&1 || { fail "--reuse run exited with $?"; cat "$W/reuse.out"; }
+for ((r = 0; r < NP; ++r)); do
+  f="$W/reuse.$r"
+  mapfile -t lines < <(grep '^bytes 8-15: ' "$f" 2>/dev/null)
+  [ ${#lines[@]} -eq 3 ] || { fail "rank $r: ${#lines[@]} routes for the 8-15 byte bucket, want 3 (one per communicator)"; continue; }
+  sum_bc=0 sum_mpi=0
+  for line in "${lines[@]}"; do
+    read -r bc mpi <<< "$(sed -E 's/^bytes 8-15: blueconnect ([0-9]+), mpi ([0-9]+);.*/\1 \2/' <<< "$line")"
+    [ $((bc + mpi)) -eq "$REUSE" ] || fail "rank $r: $((bc + mpi)) calls, want $REUSE: $line"
+    [ "$bc" -ge 73 ] || fail "rank $r: a communicator did not learn anew (fewer than 73 probes through BlueConnect): $line"
+    sum_bc=$((sum_bc + bc)) sum_mpi=$((sum_mpi + mpi))
+  done
+  served=$(awk '$1 == "MPI_Allreduce" && $2 == "served" { print $3 }' "$f")
+  learned=$(awk '$1 == "MPI_Allreduce" && $2 == "passed:learned" { print $3 }' "$f")
+  [ "${served:-0}" -eq "$sum_bc" ] && [ "${learned:-0}" -eq "$sum_mpi" ] ||
+    fail "rank $r: served ${served:-0} / passed:learned ${learned:-0}, the routes say $sum_bc / $sum_mpi"
+done
+[ $status = 0 ] && echo "reuse: 3 communicators, each learned anew: ${lines[*]#*; }"
 exit $status

@@ -25,6 +25,8 @@
  *   pmpi_check --stats         a fixed list of calls whose routes the
  *                              BC_PMPI_STATS file must show (stats_check.sh)
  *   pmpi_check --latency N     prints the mean time of N 8-byte MPI_Allreduce
+ *   pmpi_check --reuse N       three communicators in turn (dup, N 8-byte
+ *                              calls, free): each learns its route anew
  *
  * Exit status 0 when every check passed on every rank, 1 otherwise. On success
  * rank 0 prints exactly one line; failures are described on stderr.
@@ -989,9 +991,42 @@ static void run_latency(long iters) {
   check(y == (double)g_size, "latency: wrong sum %g", y);
 }
 
+/* Communicators made and freed in turn, each with `calls` 8-byte sums: under
+ * the learned route each learns anew (a freed communicator's handle, reused
+ * by the next, must not reach the old one's decision or its state); every
+ * 16th call is two MPI_INT (the same size bucket, another datatype), and every
+ * 5th is in place. Results exact on every call. */
+static void run_reuse(long calls) {
+  int round;
+  long k;
+  for (round = 0; round < 3; ++round) {
+    MPI_Comm c;
+    MPI_Comm_dup(MPI_COMM_WORLD, &c);
+    for (k = 0; k < calls; ++k) {
+      const double want = (double)g_size * (g_size + 1) / 2 + (double)g_size * (double)(k % 1000);
+      if (k % 16 == 15) {
+        int in[2] = {g_rank + 1, (int)k}, out[2] = {-1, -1};
+        MPI_Allreduce(in, out, 2, MPI_INT, MPI_SUM, c);
+        check(out[0] == g_size * (g_size + 1) / 2 && out[1] == g_size * (int)k,
+              "reuse: round %d call %ld: MPI_INT sum %d %d", round, k, out[0], out[1]);
+      } else {
+        double x = g_rank + 1 + (double)(k % 1000), y = -1.0;
+        if (k % 5 == 4) {
+          MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_DOUBLE, MPI_SUM, c);
+          y = x;
+        } else {
+          MPI_Allreduce(&x, &y, 1, MPI_DOUBLE, MPI_SUM, c);
+        }
+        check(y == want, "reuse: round %d call %ld: sum %g, want %g", round, k, y, want);
+      }
+    }
+    MPI_Comm_free(&c);
+  }
+}
+
 int main(int argc, char **argv) {
   int expect_bc = 0, stats = 0, a;
-  long latency = 0, total = 0, failed = 0;
+  long latency = 0, reuse = 0, total = 0, failed = 0;
   MPI_Init(&argc, &argv);
   MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
   MPI_Comm_size(MPI_COMM_WORLD, &g_size);
@@ -999,6 +1034,7 @@ int main(int argc, char **argv) {
     if (strcmp(argv[a], "--expect-bc") == 0) expect_bc = 1;
     else if (strcmp(argv[a], "--stats") == 0) stats = 1;
     else if (strcmp(argv[a], "--latency") == 0 && a + 1 < argc) latency = atol(argv[++a]);
+    else if (strcmp(argv[a], "--reuse") == 0 && a + 1 < argc) reuse = atol(argv[++a]);
   }
   alarm(600); /* a hang fails the run instead of blocking the suite */
   init_types();
@@ -1008,11 +1044,12 @@ int main(int argc, char **argv) {
     MPI_Reduce(&mine, &least, 1, MPI_UNSIGNED_LONG, MPI_MIN, 0, MPI_COMM_WORLD);
     MPI_Bcast(&least, 1, MPI_UNSIGNED_LONG, 0, MPI_COMM_WORLD);
     g_skip_ulong_minmax = g_size > 1 && least != 1ul;
-    if (g_skip_ulong_minmax && g_rank == 0 && !stats && latency == 0)
+    if (g_skip_ulong_minmax && g_rank == 0 && !stats && latency == 0 && reuse == 0)
       fprintf(stderr, "pmpi_check: this MPI reduces MPI_UNSIGNED_LONG as signed in MPI_MIN/MPI_MAX "
                       "(open-mpi/ompi#10525): those checks are skipped\n");
   }
   if (latency > 0) run_latency(latency);
+  else if (reuse > 0) run_reuse(reuse);
   else if (stats) run_stats();
   else run_full(expect_bc);
 

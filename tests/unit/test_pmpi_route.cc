@@ -178,6 +178,32 @@ TEST_CASE("SizeRoute: a close call gets a second look with MPI first; the lower 
   CHECK(s.next(bytes, &timed) == Path::Mpi);
 }
 
+TEST_CASE("SizeRoute: final_route says when a caller may route a bucket itself", "[pmpi]") {
+  SizeRoute r;
+  Path path = Path::Bc;
+  CHECK_FALSE(r.final_route(1 << 20, &path));  // never seen
+  probe(&r, 1 << 20, 3e-3, 1e-3, as_is());      // MPI three times as fast: final at once
+  REQUIRE(r.final_route(1 << 20, &path));
+  CHECK(path == Path::Mpi);
+  r.count_final(1 << 20, Path::Mpi);
+  CHECK_THAT(r.describe(), Catch::Matchers::Contains("bytes 1048576-2097151: blueconnect 4, mpi 5;"));
+  // A close call is not final until its second look is done.
+  const int64_t bytes = 2 << 20;
+  probe(&r, bytes, 1.1e-3, 1.0e-3, as_is());
+  CHECK_FALSE(r.final_route(bytes, &path));
+  bool timed = false;
+  for (int k = 0; k < SizeRoute::kRecheckAfter; ++k) r.next(bytes, &timed);
+  CHECK_FALSE(r.final_route(bytes, &path));  // the second look's probes are next
+  probe(&r, bytes, 1.1e-3, 1.0e-3, as_is());
+  REQUIRE(r.final_route(bytes, &path));
+  CHECK(path == Path::Mpi);
+  // bucket_of agrees with the powers of two at every boundary.
+  for (int b = 1; b < 62; ++b) {
+    CHECK(SizeRoute::bucket_of((int64_t{1} << b) - 1) == std::min(b - 1, SizeRoute::kBuckets - 1));
+    CHECK(SizeRoute::bucket_of(int64_t{1} << b) == std::min(b, SizeRoute::kBuckets - 1));
+  }
+}
+
 TEST_CASE("SizeRoute: a clear call is not looked at again", "[pmpi]") {
   SizeRoute r;
   probe(&r, 1 << 20, 3e-3, 1e-3, as_is());  // MPI three times as fast
