@@ -285,7 +285,7 @@ const char *usage_text() {
       "                    count = size / sizeof(dtype) floored (and a multiple of p for\n"
       "                    reduce_scatter/allgather); a count of 0 gives a row too.\n"
       "  -i, --iters N     timed calls per size and library. Default auto: as many as take\n"
-      "                    0.2 s, at least 3 and at most 200, from the time per call of the\n"
+      "                    0.2 s, at least 3 and at most 10000, from the time per call of the\n"
       "                    warm-up (the slowest rank's), fixed before the timed loop;\n"
       "                    --interleave: until the timed calls add up to 0.2 s\n"
       "  -r, --repeats R   rounds per size (back-to-back and --app; default 1): each round\n"

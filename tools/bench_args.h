@@ -53,7 +53,10 @@ struct Options {
 // Defaults of the automatic modes, shared with the header text.
 constexpr double kAutoSeconds = 0.2;  // measured time per size and implementation set
 constexpr int kAutoMinIters = 3;
-constexpr int kAutoMaxIters = 200;
+// 10000: OSU's count for small messages. At 200 (until 2026-12-03) a round
+// of a 1 us call lasted 0.2 ms, and one 30-66 us preemption moved its mean by
+// a tenth: np 2 read 0.75 where both loops were Open MPI's.
+constexpr int kAutoMaxIters = 10000;
 constexpr int64_t kWarmupBigBytes = 1 << 20;  // warm-up 5 up to this size, 2 above
 inline int auto_warmup(int64_t bytes) { return bytes <= kWarmupBigBytes ? 5 : 2; }
 // Back-to-back and app modes fix the count before the timed loop, from the
