@@ -115,6 +115,24 @@ TEST_CASE("wait policy: the timeout counts from the last movement", "[wait]") {
   REQUIRE_FALSE(w.timed_out());
 }
 
+TEST_CASE("wait policy: stillness counts from the first rest after a movement at the latest", "[wait]") {
+  // The clock is read when the wait goes idle, not on every movement (25 ns a read, several per
+  // microsecond-long call): a wait that rests and then stays still times out as before.
+  WaitPolicy w(4, 30);
+  REQUIRE(w.moved(0));
+  for (int k = 0; k < 3; ++k) REQUIRE_FALSE(w.idle());
+  REQUIRE(w.idle());  // the rest: the stillness is stamped here
+  sleep_ms(50);
+  REQUIRE(w.timed_out());
+  REQUIRE(w.moved(1));
+  REQUIRE_FALSE(w.timed_out());
+  // A wait that never moved counts from its first rest too.
+  WaitPolicy fresh(1, 30);
+  REQUIRE(fresh.idle());
+  sleep_ms(50);
+  REQUIRE(fresh.timed_out());
+}
+
 TEST_CASE("wait policy: liveness checks only after an interval of stillness, one per interval", "[wait]") {
   WaitPolicy off(64, 0, 0);
   WaitPolicy w(64, 0, 30);
