@@ -206,8 +206,8 @@ const ParamDef kParamDefs[] = {
      "first calls of a bucket are probes (1 untimed call and 9 timed samples through BlueConnect, "
      "then the same through the MPI library, each back to back; 1 and 3 from 1 MiB up; a sample "
      "is a run of 8 calls up to 4 KiB, 4 at 8 KiB, 2 at 16 KiB, 1 call from 32 KiB), then one "
-     "small PMPI_Allreduce agrees on the slowest rank's per-call medians and the bucket stays with BlueConnect unless the MPI library "
-     "was faster (docs/PMPI.md; BC_PMPI_STATS lists each bucket's route and times). MPI_Iallreduce "
+     "small PMPI_Allreduce agrees on the slowest rank's per-call medians, and BlueConnect takes the bucket when its median is lower "
+     "by at least 0.25 us, the MPI library otherwise (docs/PMPI.md; BC_PMPI_STATS lists each bucket's route and times). MPI_Iallreduce "
      "follows a bucket's decision and goes to BlueConnect while it is learned. bc = every call "
      "BlueConnect can serve goes to BlueConnect."},
     {ParamId::Liveness, "BC_LIVENESS", ParamType::Enum, "auto", "auto|net|off", kParamAnyRange,

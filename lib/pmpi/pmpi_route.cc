@@ -71,7 +71,7 @@ void SizeRoute::record(int64_t bytes, Path path, double seconds, const Agree &ag
   }
   b.bc_median = bc;
   b.mpi_median = mpi;
-  b.path = mpi < bc ? Path::Mpi : Path::Bc;
+  b.path = bc + kMinWinSeconds <= mpi ? Path::Bc : Path::Mpi;
 }
 
 bool SizeRoute::final_route(int64_t bytes, Path *path) const {

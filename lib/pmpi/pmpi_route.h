@@ -32,8 +32,15 @@
 // PMPI_Allreduce (MAX) on the communicator, so every rank sees the same
 // numbers and takes the same route (MPI requires every rank to call the
 // collectives of a communicator in the same order with the same count, so
-// the buckets advance alike on all ranks). BlueConnect keeps a bucket unless
-// MPI was faster.
+// the buckets advance alike on all ranks). BlueConnect takes a bucket when
+// its median is lower than MPI's by at least kMinWinSeconds; otherwise the
+// MPI library, which the program would have used without the preload, keeps
+// it. Why a margin: below a quarter microsecond a probe cannot rank the two.
+// At np 2 on one node (calls of 0.5-1.3 us) the medians put BlueConnect ahead
+// by 0.06-0.21 us in buckets where its loop then took 0.1-0.3 us longer than
+// Open MPI's, and each library's own loop moved by up to 30 % between runs
+// (2026-12-03). What it can give up is 0.25 us a call: under 5 % of any call
+// longer than 5 us, and BlueConnect's wins at np 2 from 512 B up are larger.
 //
 // A decision by less than kRecheckRatio is looked at twice: the bucket's
 // first kRecheckAfter calls after it follow it, then the probes run once more
@@ -70,6 +77,7 @@ class SizeRoute {
   static constexpr int64_t kRunBytes = 32 << 10;   // a sample carries about this many bytes, up to kRunMaxCalls calls
   static constexpr double kRecheckRatio = 2.0;  // a decision by less than this factor: a second look
   static constexpr int kRecheckAfter = 32;  // calls of the bucket between the two rounds
+  static constexpr double kMinWinSeconds = 0.25e-6;  // BlueConnect's median must be lower by this
   // Calls of a bucket that are probes.
   static int probes(int bucket) { return 2 * (kWarmup + timed_per_library(bucket) * calls_per_sample(bucket)); }
   // Calls of a bucket before its route is final at the latest (a second look included).

@@ -63,7 +63,7 @@ TEST_CASE("SizeRoute: probes each library back to back, then keeps the faster", 
   CHECK_THAT(d, Catch::Matchers::Contains("bytes 1048576-2097151: blueconnect 5, mpi 4; blueconnect"));
 }
 
-TEST_CASE("SizeRoute: the agreed (slowest rank's) numbers decide, and a tie stays with BlueConnect", "[pmpi]") {
+TEST_CASE("SizeRoute: the agreed (slowest rank's) numbers decide; BlueConnect needs a clear win", "[pmpi]") {
   SizeRoute r;
   // Locally MPI looks faster, but another rank saw it slower: all ranks follow the agreement.
   probe(&r, 64, 50e-6, 30e-6, [](double *bc, double *mpi) {
@@ -73,9 +73,20 @@ TEST_CASE("SizeRoute: the agreed (slowest rank's) numbers decide, and a tie stay
   });
   bool timed = false;
   CHECK(r.next(64, &timed) == Path::Bc);
+  // A tie, or a lead under kMinWinSeconds (what a probe cannot resolve), stays with MPI ...
   SizeRoute tie;
   probe(&tie, 64, 50e-6, 50e-6, as_is());
-  CHECK(tie.next(64, &timed) == Path::Bc);
+  CHECK(tie.next(64, &timed) == Path::Mpi);
+  SizeRoute close;
+  probe(&close, 8, 0.55e-6, 0.76e-6, as_is());  // np 2, 8 B: BlueConnect's loop was the slower one
+  CHECK(close.next(8, &timed) == Path::Mpi);
+  // ... and a lead of at least kMinWinSeconds goes to BlueConnect, at any size.
+  SizeRoute clear;
+  probe(&clear, 512, 0.9e-6, 1.2e-6, as_is());  // 0.3 us ahead
+  CHECK(clear.next(512, &timed) == Path::Bc);
+  SizeRoute big;
+  probe(&big, 64 << 20, 10.0e-3, 10.001e-3, as_is());  // 0.01 % ahead, but 1 us
+  CHECK(big.next(64 << 20, &timed) == Path::Bc);
 }
 
 TEST_CASE("SizeRoute: medians ignore one outlier; a failed agreement keeps BlueConnect", "[pmpi]") {
