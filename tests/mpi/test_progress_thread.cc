@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <string>
@@ -116,7 +117,15 @@ TEST_CASE("progress thread: an all-reduce completes while the caller sleeps", "[
   MPI_Barrier(MPI_COMM_WORLD);
   bc_request_t req = nullptr;
   REQUIRE(everywhere(bc_iallreduce(BC_IN_PLACE, c.buf->data(), c.count, c.dtype, c.op, comm, &req) == BC_OK));
-  usleep(300 * 1000);  // "computing": no bc_test, no bc_wait
+  // "Computing": no bc_test, no bc_wait. 300 ms per core's worth of ranks:
+  // the ranks' progress threads share the machine's cores (all of them on a
+  // simulated cluster), and each of the 17 chunks' steps waits for a peer's
+  // thread to be scheduled. At np 7 on 2 cores (simcluster_np7) one rank had
+  // not finished after a flat 300 ms once in CI (2026-12-03), passing in
+  // every other run.
+  const long cores = std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
+  const long share = std::max(1L, (static_cast<long>(p) + cores - 1) / cores);
+  usleep(static_cast<useconds_t>(300 * 1000 * share));
   int done = 0;
   const bc_status_t st = bc_test(&req, &done);
   INFO("rank " << r << ": bc_test " << st << " done " << done << ": " << bc_last_error());
