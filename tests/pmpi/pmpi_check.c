@@ -987,7 +987,7 @@ static void run_latency(long iters) {
   t1 = MPI_Wtime();
   mean = (t1 - t0) / (double)iters * 1e6;
   MPI_Reduce(&mean, &x, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
-  if (g_rank == 0) printf("pmpi_check: 8-byte MPI_Allreduce on %d ranks: %.2f us (slowest rank's mean of %ld)\n", g_size, x, iters);
+  if (g_rank == 0) printf("pmpi_check: 8-byte MPI_Allreduce on %d ranks: %.3f us (slowest rank's mean of %ld)\n", g_size, x, iters);
   check(y == (double)g_size, "latency: wrong sum %g", y);
 }
 
