@@ -42,6 +42,11 @@
 
 namespace bc {
 namespace pmpi {
+
+// True until ensure_init asks the library (preload::device_buffers_usable):
+// before that, every pointer is looked at (pmpi.h).
+std::atomic<bool> g_device_buffers{true};
+
 namespace {
 
 constexpr int kColls = static_cast<int>(Coll::Count);
@@ -66,7 +71,6 @@ std::mutex g_init_mutex;  // ensure_init and teardown
 int64_t g_min_bytes = 0;
 bool g_disabled = false;
 bool g_route_learn = true;  // BC_PMPI_ROUTE=learn
-bool g_device_buffers = true;  // a buffer may be device memory (preload::device_buffers_usable), set at start
 // The learned routes of communicators already freed, for BC_PMPI_STATS.
 std::mutex g_route_log_mutex;
 std::string g_route_log;
@@ -439,7 +443,7 @@ int ensure_init() {
   g_disabled = preload::param_int(ParamId::Disable) != 0;
   g_min_bytes = preload::param_int(ParamId::PmpiMinBytes);
   g_route_learn = preload::param_str(ParamId::PmpiRoute) == "learn";
-  g_device_buffers = preload::device_buffers_usable();
+  g_device_buffers.store(preload::device_buffers_usable(), std::memory_order_relaxed);
   g_stats_path = preload::param_str(ParamId::PmpiStats);
   build_type_table();
   if (PMPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, comm_state_delete, &g_comm_keyval, nullptr) !=
@@ -672,7 +676,8 @@ bool pass_by_memo(const void *sendbuf, void *recvbuf, int count, MPI_Datatype dt
     return false;
   const int64_t bytes = count * m.type_size;
   if (bytes < g_min_bytes || SizeRoute::bucket_of(bytes) != m.bucket) return false;
-  if (g_device_buffers && (on_device(sendbuf) || on_device(recvbuf))) return false;
+  if (g_device_buffers.load(std::memory_order_relaxed) && (on_device(sendbuf) || on_device(recvbuf)))
+    return false;
   m.state->route.count_final(bytes, Path::Mpi);
   ++m.state->memo_passes;  // into passed:learned when the state goes, not a locked add per call
   return true;
@@ -690,9 +695,10 @@ void remember_pass(CommState *cs, MPI_Comm comm, MPI_Datatype dt, MPI_Op op, con
 // `started` (Iallreduce, when the progress hook is in): start the operation
 // and hand it back instead of running it to the end.
 // Not inlined into the entry points: their memo path stays a few instructions.
-__attribute__((noinline)) int serve_allreduce(Coll c, const void *sendbuf, void *recvbuf, int count, MPI_Datatype dt, MPI_Op op,
-                    MPI_Comm comm, bool request_missing, int fallback_reason, bc_request_t *started = nullptr,
-                    bc_comm_t *started_on = nullptr) {
+__attribute__((noinline)) int serve_allreduce(Coll c, const void *sendbuf, void *recvbuf, int count,
+                                              MPI_Datatype dt, MPI_Op op, MPI_Comm comm, bool request_missing,
+                                              int fallback_reason, bc_request_t *started = nullptr,
+                                              bc_comm_t *started_on = nullptr) {
   return guarded(c, comm, [&]() -> int {
     Reason why;
     if (!route_start(fallback_reason, &why)) return pass(c, why);
