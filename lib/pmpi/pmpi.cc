@@ -676,8 +676,7 @@ bool pass_by_memo(const void *sendbuf, void *recvbuf, int count, MPI_Datatype dt
     return false;
   const int64_t bytes = count * m.type_size;
   if (bytes < g_min_bytes || SizeRoute::bucket_of(bytes) != m.bucket) return false;
-  if (g_device_buffers.load(std::memory_order_relaxed) && (on_device(sendbuf) || on_device(recvbuf)))
-    return false;
+  if (on_device(sendbuf) || on_device(recvbuf)) return false;
   m.state->route.count_final(bytes, Path::Mpi);
   ++m.state->memo_passes;  // into passed:learned when the state goes, not a locked add per call
   return true;
@@ -748,8 +747,8 @@ __attribute__((noinline)) int serve_allreduce(Coll c, const void *sendbuf, void 
 }  // namespace
 
 int allreduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype dt, MPI_Op op, MPI_Comm comm,
-              int fallback_reason, bool memo) {
-  if (memo && fallback_reason < 0 && pass_by_memo(sendbuf, recvbuf, count, dt, op, comm)) return kPass;
+              int fallback_reason) {
+  if (fallback_reason < 0 && pass_by_memo(sendbuf, recvbuf, count, dt, op, comm)) return kPass;
   return serve_allreduce(Coll::Allreduce, sendbuf, recvbuf, count, dt, op, comm, false, fallback_reason);
 }
 
@@ -882,7 +881,8 @@ BC_PMPI_EXPORT int MPI_Allreduce(const void *sendbuf, void *recvbuf, int count, 
   // Host buffers, checked by the memo: straight to the MPI library.
   if (bc::pmpi::pass_by_memo(sendbuf, recvbuf, count, datatype, op, comm))
     return PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);
-  const int rc = bc::pmpi::allreduce(sendbuf, recvbuf, count, datatype, op, comm, -1, false);
+  const int rc = bc::pmpi::serve_allreduce(bc::pmpi::Coll::Allreduce, sendbuf, recvbuf, count, datatype, op, comm,
+                                           false, -1);
   return rc != bc::pmpi::kPass ? rc : bc::pmpi::fallback_allreduce(sendbuf, recvbuf, count, datatype, op, comm);
 }
 

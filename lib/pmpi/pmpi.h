@@ -11,6 +11,7 @@
 #include <atomic>
 
 #include "blueconnect.h"
+#include "blueconnect_preload.h"
 
 #define BC_PMPI_EXPORT __attribute__((visibility("default")))
 
@@ -46,7 +47,11 @@ enum class Reason : int {
 // 4-byte MPI_Allreduce spent in the preload at np 1).
 extern std::atomic<bool> g_device_buffers;
 // Whether `p` is device (or managed) memory; false for null and MPI_IN_PLACE.
-bool on_device(const void *p);
+// Inline: the memo path of MPI_Allreduce asks it twice per call.
+inline bool on_device(const void *p) {
+  return g_device_buffers.load(std::memory_order_relaxed) && p && p != MPI_IN_PLACE &&
+         preload::memtype_of(p) == BC_MEM_CUDA;
+}
 
 // The MPI library's own collectives on buffers that may live on the GPU: the
 // pointers go to PMPI_* as they are when the MPI is CUDA-aware
@@ -94,10 +99,8 @@ bool requests_async();
 int requests_start(bc_request_t op, bc_comm_t comm, MPI_Request *request);
 void requests_drain(bc_comm_t comm);
 void requests_finalize();
-// `memo`: first the thread's memo of a final learned route to MPI (pmpi.cc,
-// PassMemo); false where the caller asked it already (the C entry point).
 int allreduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype dt, MPI_Op op, MPI_Comm comm,
-              int fallback_reason = -1, bool memo = true);
+              int fallback_reason = -1);
 int reduce_scatter_block(const void *sendbuf, void *recvbuf, int recvcount, MPI_Datatype dt, MPI_Op op,
                          MPI_Comm comm, int fallback_reason = -1);
 int allgather(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, int recvcount,

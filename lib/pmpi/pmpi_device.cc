@@ -16,12 +16,6 @@
 
 namespace bc {
 namespace pmpi {
-
-bool on_device(const void *p) {
-  return g_device_buffers.load(std::memory_order_relaxed) && p && p != MPI_IN_PLACE &&
-         preload::memtype_of(p) == BC_MEM_CUDA;
-}
-
 namespace {
 
 // MPIX_Query_cuda_support() is 1 only when the MPI can take device pointers
@@ -34,8 +28,6 @@ bool mpi_cuda_aware() {
   return false;
 #endif
 }
-
-
 
 // The bytes `count` elements of `dt` span from the buffer pointer, and where
 // they start (true lower bound), so derived datatypes stage whole.

@@ -24,7 +24,6 @@ bool probe_timed(int b, int k) { return k % (SizeRoute::probes(b) / 2) >= SizeRo
 
 }  // namespace
 
-
 Path SizeRoute::next(int64_t bytes, bool *timed) {
   const int i = bucket_of(bytes);
   Bucket &b = buckets_[i];
