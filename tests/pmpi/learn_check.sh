@@ -3,7 +3,7 @@
 # size bucket, whether BlueConnect or the MPI library serves MPI_Allreduce.
 # Runs `pmpi_check --latency 300` (340 8-byte MPI_Allreduce in all) on 4 ranks:
 #   1. learn: the result is right; every rank's BC_PMPI_STATS has the bucket
-#      of 8-15 bytes with 76 calls, at least 4 probes through each library,
+#      of 8-15 bytes with 340 calls, at least 73 probes through each library,
 #      and a decision; every rank took the same decision with the same times.
 #      340 calls cover the longest learning, a close first look and its
 #      second look (SizeRoute::learning_calls: 324 up to 4 KiB, probes timed
@@ -26,6 +26,11 @@ ITERS=300
 CALLS=$((ITERS + ITERS / 10 + 10))  # pmpi_check's warm-up calls, then ITERS timed
 . "$(dirname "$0")/../check_common.sh" pmpi_learn
 
+# A count from one rank's BC_PMPI_STATS file (0 when absent); a route line's
+# "blueconnect N, mpi M" as "N M".
+stat_count() { awk -v name="$2" '$1 == "MPI_Allreduce" && $2 == name { n = $3 } END { print n + 0 }' "$1"; }
+bucket_counts() { sed -E 's/^bytes [0-9]+-[0-9]+: blueconnect ([0-9]+), mpi ([0-9]+);.*/\1 \2/' <<< "$1"; }
+
 "$MPIRUN" "${ARGS[@]}" -x "LD_PRELOAD=$PRELOAD" -x "BC_PMPI_STATS=$W/learn.%r" -np "$NP" "$EXE" --latency "$ITERS" \
   > "$W/learn.out" 2>&1 || { fail "learn run exited with $?"; cat "$W/learn.out"; }
 decisions=()
@@ -34,13 +39,12 @@ for ((r = 0; r < NP; ++r)); do
   grep -q "^MPI_Allreduce route, communicator of $NP ranks:" "$f" 2>/dev/null || { fail "rank $r: no route section in $f"; continue; }
   line=$(grep '^bytes 8-15: ' "$f")
   [ -n "$line" ] || { fail "rank $r: no line for the 8-15 byte bucket"; cat "$f"; continue; }
-  read -r bc mpi <<< "$(sed -E 's/^bytes 8-15: blueconnect ([0-9]+), mpi ([0-9]+);.*/\1 \2/' <<< "$line")"
+  read -r bc mpi <<< "$(bucket_counts "$line")"
   [ $((bc + mpi)) -eq "$CALLS" ] || fail "rank $r: $((bc + mpi)) calls in the bucket, want $CALLS: $line"
   [ "$bc" -ge 73 ] && [ "$mpi" -ge 73 ] || fail "rank $r: fewer than 73 probes (1 + 9 runs of 8) of a library: $line"
   grep -q "learning" <<< "$line" && fail "rank $r: the bucket is still learning after $CALLS calls: $line"
   decisions+=("${line#*; }")
-  served=$(awk '$1 == "MPI_Allreduce" && $2 == "served" { print $3 }' "$f")
-  learned=$(awk '$1 == "MPI_Allreduce" && $2 == "passed:learned" { print $3 }' "$f")
+  served=$(stat_count "$f" served) learned=$(stat_count "$f" passed:learned)
   [ "${served:-0}" -eq "$bc" ] && [ "${learned:-0}" -eq "$mpi" ] ||
     fail "rank $r: served ${served:-0} / passed:learned ${learned:-0} do not match the route line: $line"
 done
@@ -54,7 +58,7 @@ fi
 "$MPIRUN" "${ARGS[@]}" -x "LD_PRELOAD=$PRELOAD" -x BC_PMPI_ROUTE=bc -x "BC_PMPI_STATS=$W/bc.%r" -np "$NP" "$EXE" \
   --latency "$ITERS" > "$W/bc.out" 2>&1 || { fail "BC_PMPI_ROUTE=bc run exited with $?"; cat "$W/bc.out"; }
 for ((r = 0; r < NP; ++r)); do
-  served=$(awk '$1 == "MPI_Allreduce" && $2 == "served" { print $3 }' "$W/bc.$r")
+  served=$(stat_count "$W/bc.$r" served)
   [ "${served:-0}" -eq "$CALLS" ] || fail "rank $r: BC_PMPI_ROUTE=bc served ${served:-0} of $CALLS"
   grep -q "route" "$W/bc.$r" && fail "rank $r: route lines with BC_PMPI_ROUTE=bc"
 done
@@ -67,13 +71,12 @@ for ((r = 0; r < NP; ++r)); do
   [ ${#lines[@]} -eq 3 ] || { fail "rank $r: ${#lines[@]} routes for the 8-15 byte bucket, want 3 (one per communicator)"; continue; }
   sum_bc=0 sum_mpi=0
   for line in "${lines[@]}"; do
-    read -r bc mpi <<< "$(sed -E 's/^bytes 8-15: blueconnect ([0-9]+), mpi ([0-9]+);.*/\1 \2/' <<< "$line")"
+    read -r bc mpi <<< "$(bucket_counts "$line")"
     [ $((bc + mpi)) -eq "$REUSE" ] || fail "rank $r: $((bc + mpi)) calls, want $REUSE: $line"
     [ "$bc" -ge 73 ] || fail "rank $r: a communicator did not learn anew (fewer than 73 probes through BlueConnect): $line"
     sum_bc=$((sum_bc + bc)) sum_mpi=$((sum_mpi + mpi))
   done
-  served=$(awk '$1 == "MPI_Allreduce" && $2 == "served" { print $3 }' "$f")
-  learned=$(awk '$1 == "MPI_Allreduce" && $2 == "passed:learned" { print $3 }' "$f")
+  served=$(stat_count "$f" served) learned=$(stat_count "$f" passed:learned)
   [ "${served:-0}" -eq "$sum_bc" ] && [ "${learned:-0}" -eq "$sum_mpi" ] ||
     fail "rank $r: served ${served:-0} / passed:learned ${learned:-0}, the routes say $sum_bc / $sum_mpi"
 done
