@@ -1,6 +1,7 @@
 #include "topo/detect.h"
 
 #include <hwloc.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include <cstring>
 #include <mutex>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "core/hash.h"
@@ -19,6 +21,7 @@ namespace bc {
 namespace {
 
 constexpr int kMaxKeys = 8;
+constexpr int kCpuWords = CPU_SETSIZE / 64;
 
 // What each rank contributes to the one allgather.
 struct TopoRecord {
@@ -30,6 +33,7 @@ struct TopoRecord {
   int32_t given_checked;   // 1: this process checked given racks already (check_given_racks)
   uint64_t host_hash;      // of this rank's host name: the discovered racks' cache key
   int64_t keys[kMaxKeys];
+  uint64_t cpus[kCpuWords];  // the CPUs this process may run on (its affinity mask); all 0: unknown
 };
 
 // Where a rank's levels above the node come from. The address variables are
@@ -108,6 +112,40 @@ Status scheduler_switches(const ParamSet &params, Above *above, std::vector<std:
                    slurm_addr ? "SLURM_TOPOLOGY_ADDR_PATTERN" : "SLURM_TOPOLOGY_ADDR");
   const std::string pattern = slurm_pattern;
   return topo_addr_parse(slurm_addr, "SLURM_TOPOLOGY_ADDR", &pattern, "SLURM_TOPOLOGY_ADDR_PATTERN", switches);
+}
+
+// This process's affinity mask as bits, CPU c at bit c % 64 of word c / 64;
+// all zero when the kernel does not say (then nobody is counted as sharing).
+void affinity_of_this_process(uint64_t *words) {
+  std::memset(words, 0, kCpuWords * sizeof(uint64_t));
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
+    if (CPU_ISSET(cpu, &set)) words[cpu / 64] |= uint64_t{1} << (cpu % 64);
+}
+
+// Per rank: how many CPUs the ranks of its node may run on between them (the
+// union of their masks); 0 when one of them does not know its own.
+std::vector<int> node_cpus_of(const std::vector<TopoRecord> &all) {
+  std::map<int64_t, std::vector<uint64_t>> unions;  // by node leader
+  std::map<int64_t, bool> unknown;
+  for (const TopoRecord &r : all) {
+    std::vector<uint64_t> &u = unions[r.node_leader];
+    u.resize(kCpuWords, 0);
+    bool any = false;
+    for (int w = 0; w < kCpuWords; ++w) {
+      u[w] |= r.cpus[w];
+      any = any || r.cpus[w] != 0;
+    }
+    if (!any) unknown[r.node_leader] = true;
+  }
+  std::vector<int> out(all.size(), 0);
+  for (size_t r = 0; r < all.size(); ++r) {
+    if (unknown.count(all[r].node_leader)) continue;
+    for (uint64_t word : unions[all[r].node_leader]) out[r] += __builtin_popcountll(word);
+  }
+  return out;
 }
 
 // This rank's keys, innermost level first, without collectives other than the
@@ -318,6 +356,7 @@ Status detect(MPI_Comm comm, const ParamSet &params, Topology *out) {
   if (st != BC_OK) mine.status = st;
   mine.above = above;
   mine.given_checked = g_given_checked ? 1 : 0;
+  affinity_of_this_process(mine.cpus);
   mine.nkeys = static_cast<int32_t>(keys.size());
   for (size_t i = 0; i < keys.size() && i < kMaxKeys; ++i) mine.keys[i] = keys[i];
 
@@ -373,6 +412,7 @@ Status detect(MPI_Comm comm, const ParamSet &params, Topology *out) {
   }
   t.node_of.resize(size);
   for (int r = 0; r < size; ++r) t.node_of[r] = all[r].node_leader;
+  t.node_cpus = node_cpus_of(all);
   if (rank == 0) BC_INFO(Topo, "%s", t.describe().c_str());
   if (t.uneven() || t.noncontiguous())
     BC_DEBUGLOG(Topo, "layout is%s%s; the plan folds extra ranks into the hierarchy",
@@ -420,12 +460,17 @@ bool world_ranks_of(MPI_Comm comm, std::vector<int> *out) {
 // node split, its broadcast and the allgather cost 1.8 of 6 ms of a
 // communicator's creation at np 8 on one node.
 Status topo_detect(MPI_Comm comm, const ParamSet &params, Topology *out) {
-  // This rank's addresses too: the same settings with another address are another layout.
+  // This rank's addresses too: the same settings with another address are
+  // another layout. And its affinity mask: a process that moved to other CPUs
+  // since may share them differently (Topology::node_cpus).
   const char *slurm_addr = std::getenv("SLURM_TOPOLOGY_ADDR");
   const char *slurm_pattern = std::getenv("SLURM_TOPOLOGY_ADDR_PATTERN");
-  const std::string settings = shared_settings(params) +
-                               "|" + params.get_str(ParamId::TopoAddr) + "|" + (slurm_addr ? slurm_addr : "-") +
-                               "|" + (slurm_pattern ? slurm_pattern : "-");
+  uint64_t cpus[kCpuWords];
+  affinity_of_this_process(cpus);
+  std::string settings = shared_settings(params) +
+                         "|" + params.get_str(ParamId::TopoAddr) + "|" + (slurm_addr ? slurm_addr : "-") +
+                         "|" + (slurm_pattern ? slurm_pattern : "-") + "|";
+  settings.append(reinterpret_cast<const char *>(cpus), sizeof cpus);
   std::vector<int> members;
   // BC_TOPO_DISCOVER=always measures at every creation: nothing is reused.
   const bool cacheable = world_ranks_of(comm, &members) && params.get_str(ParamId::TopoDiscover) != "always";

@@ -26,6 +26,13 @@ struct Topology {
   // MPI_COMM_TYPE_SHARED whatever the levels say: transports need it. Empty
   // when unknown (parsed specs in unit tests).
   std::vector<int64_t> node_of;
+  // Per rank: how many CPUs the ranks of its node (in this communicator) may
+  // run on between them, the union of their affinity masks; 0 when unknown.
+  // Fewer than the node's ranks: they take turns on cores, and a waiter
+  // should yield at once (auto_spin_count). Empty when unknown (parsed specs).
+  // A layout detected before is reused only while this process's mask is
+  // the same (topo_detect).
+  std::vector<int> node_cpus;
   // Where the levels came from, for printing ("BC_TOPO=2x2", "MPI_COMM_TYPE_SHARED + hwloc").
   std::string source;
 

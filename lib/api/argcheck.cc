@@ -213,7 +213,7 @@ Status ArgAgreement::test(bc_comm *c, bool *done) {
 Status args_agree(bc_comm *c, const CollArgs &a, Status local) {
   std::unique_ptr<ArgAgreement> agreement;
   BC_CHECK(ArgAgreement::post(c, a, local, &agreement));
-  WaitPolicy wait(c->params.get_int(ParamId::SpinCount));
+  WaitPolicy wait(c->spin_count);
   for (;;) {
     bool done = false;
     const Status st = agreement->test(c, &done);

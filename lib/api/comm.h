@@ -57,6 +57,11 @@ struct bc_comm {
   bc::Hierarchy hier_leader;  // one owner per unit below the top, for small messages
   bc::Hierarchy hier_flat;    // every rank one level, for the cost model's latency plans
   bc::Algo algo = bc::Algo::Auto;
+  // BC_SPIN_COUNT as every waiter on this communicator uses it: the parameter,
+  // or where it is 0 (auto) the choice made at creation (spin_count_setup),
+  // with why, for bc_comm_describe and BC_DEBUG=INFO.
+  int64_t spin_count = bc::kSpinCountOwnCpu;
+  std::string spin_why;
   std::vector<bc::PlanRule> plan_rules;
   bc::CostModel model;  // empty: BC_MODEL off, or one node (lib/api/calibrate.cc)
   // The model's choice per buffer size (every rank computes the same).

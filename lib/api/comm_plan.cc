@@ -61,7 +61,7 @@ ExecContext exec_context(const bc_comm *c, bc_dtype_t dtype, bc_op_t op, bc_memt
   ctx.op = op == BC_AVG ? BC_SUM : op;
   ctx.nranks = c->size;
   ctx.timeout_ms = c->params.get_int(ParamId::Timeout);
-  ctx.spin_count = c->params.get_int(ParamId::SpinCount);  // at least 1: the registry's range
+  ctx.spin_count = c->spin_count;  // at least 1: the parameter's range, or auto's choice
   ctx.liveness = c->liveness.get();
   // Sleeping on one transport's event fd is only safe when every peer uses it.
   for (int r = 0; r < c->size && !dev; ++r) {
@@ -123,6 +123,7 @@ Status comm_describe(bc_comm *c, int64_t count, bc_dtype_t dtype, std::string *o
   os << h.describe(block_count(count, nchunks, 0), elem);
   os << "transports:";
   for (auto &t : c->transports) os << " " << t->name();
+  os << "\nwaiting: " << c->spin_count << " idle poll(s) per yield (" << c->spin_why << ")";
   os << "\nrank " << c->rank << " " << describe_program(*prog, elem);
   *out = os.str();
   return BC_OK;

@@ -127,11 +127,35 @@ Status private_comm_setup(bc_comm *c) {
   return BC_OK;
 }
 
+// BC_SPIN_COUNT for this communicator's waiters. The topology's node CPUs are
+// the same on every rank of a node, so the ranks that wait on each other
+// there agree; ranks on other nodes may choose differently, which is right:
+// their cores are their own.
+void spin_count_setup(bc_comm *c) {
+  const int64_t set = c->params.get_int(ParamId::SpinCount);
+  if (set > 0) {
+    c->spin_count = set;
+    c->spin_why = "BC_SPIN_COUNT=" + std::to_string(set);
+    return;
+  }
+  int on_node = 0;
+  for (int64_t n : c->topo.node_of) on_node += n == c->topo.node_of[c->rank] ? 1 : 0;
+  const int cpus = c->topo.node_cpus.empty() ? 0 : c->topo.node_cpus[c->rank];
+  c->spin_count = auto_spin_count(on_node, cpus);
+  c->spin_why = "BC_SPIN_COUNT=auto: " + std::to_string(on_node) + " rank(s) on this node, " +
+                (cpus > 0 ? std::to_string(cpus) + " CPU(s) between them" : "their CPUs unknown") +
+                (c->spin_count == kSpinCountShared ? ": they take turns, so a waiter yields at once"
+                                                   : ": a waiter spins, then yields");
+}
+
 // dup_ms: how long the private duplicate took (for the INIT log line).
 Status comm_setup(bc_comm *c, double dup_ms) {
   const auto t0 = std::chrono::steady_clock::now();
   BC_CHECK(topo_detect(c->mpi, c->params, &c->topo));
   const double topo_ms = ms_since(t0);
+  spin_count_setup(c);
+  if (c->rank == 0) BC_INFO(Sched, "waiting: %lld idle poll(s) per yield (%s)", static_cast<long long>(c->spin_count),
+                            c->spin_why.c_str());
   c->hier = Hierarchy::build(c->topo);
   c->hier_leader = Hierarchy::build(c->topo, Hierarchy::Shape::Leader);
   c->hier_flat = Hierarchy::build(c->topo, Hierarchy::Shape::Flat);
@@ -241,7 +265,7 @@ bool quiesce_transports(bc_comm *c) {
   const auto t0 = std::chrono::steady_clock::now();
   for (Transport *t : quiescing) t->quiesce_start();
   const bool checks = c->liveness && c->liveness->enabled();
-  WaitPolicy wait(c->params.get_int(ParamId::SpinCount), c->params.get_int(ParamId::Timeout),
+  WaitPolicy wait(c->spin_count, c->params.get_int(ParamId::Timeout),
                   checks ? c->liveness->interval_ms() : 0);
   bool joined = false;
   auto give_up = [&]() {

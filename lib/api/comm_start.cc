@@ -78,7 +78,7 @@ Status start(bc_comm *c, const CollArgs &a, CommLock *lock, std::unique_ptr<Oper
     // Earlier non-blocking calls start their operations first, so that every
     // rank numbers the operations in call order. Their agreements were posted
     // before this one, which has completed: they complete too.
-    WaitPolicy wait(c->params.get_int(ParamId::SpinCount));
+    WaitPolicy wait(c->spin_count);
     while (agreed == BC_OK && !c->agreeing.empty()) {
       comm_advance_agreements(c);
       comm_wait_pass(c, &wait);

@@ -18,7 +18,7 @@ Status progress_thread_allowed(const char *mpi_user, int mpi_thread_level) {
 }
 
 ProgressThread::ProgressThread(bc_comm *comm)
-    : comm_(comm), wait_(comm->params.get_int(ParamId::SpinCount)) {}
+    : comm_(comm), wait_(comm->spin_count) {}
 
 ProgressThread::~ProgressThread() { stop(); }
 

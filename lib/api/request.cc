@@ -171,7 +171,7 @@ Status request_progress(bc_request **reqp, bool block, bool *done) {
     // calls) first. The progress thread may be advancing them too: the
     // request's phase is read under the agreement mutex.
     bc_comm *c = req->comm;
-    WaitPolicy wait(c->params.get_int(ParamId::SpinCount));
+    WaitPolicy wait(c->spin_count);
     for (;;) {
       bool pending = true;
       {

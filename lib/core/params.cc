@@ -88,14 +88,19 @@ const ParamDef kParamDefs[] = {
      "alive but busy (a checkpoint, a slow data loader). 30 minutes, as PyTorch's default; set it "
      "shorter to give up on late peers sooner. Units: ms, s, m, h; a bare number is seconds. "
      "0 waits forever (longer than a day, use 0)."},
-    {ParamId::SpinCount, "BC_SPIN_COUNT", ParamType::Int, "64", nullptr, {1, 1000000, nullptr},
+    {ParamId::SpinCount, "BC_SPIN_COUNT", ParamType::Int, "0", nullptr,
+     {1, 1000000, "auto"},
      "Idle work without any completion before the waiting thread yields the core "
      "(sched_yield; or sleeps on UCX's event fd, BC_UCX_WAIT=event); it pauses the core per unit "
      "meanwhile. A unit is a poll, plus one per transport request the poll tested: a waiter on k "
      "requests yields every BC_SPIN_COUNT/(k+1) polls. The same for every waiter: blocking calls, "
-     "bc_wait, a loop of bc_test, the progress thread. Keep it low when ranks outnumber cores: at "
-     "the maximum, 10^6 polls, a waiting rank can hold its core for about a second before it "
-     "lets another rank run."},
+     "bc_wait, a loop of bc_test, the progress thread. 0 (auto) decides per communicator at its "
+     "creation: 64 while each of its ranks on a node has a CPU of its own (the union of their "
+     "affinity masks has at least as many CPUs as there are ranks), else 1, a yield after every "
+     "idle poll as MPI's yield_when_idle: the rank waited for may need this very core (4 ranks on "
+     "2 cores: 8 B all-reduces 9-15 us spinning 64, 7-9 us yielding; BC_DEBUG=INFO prints the "
+     "choice). At the maximum, 10^6 polls, a waiting rank can hold its core for about a second "
+     "before it lets another rank run."},
     {ParamId::MaxPlanCache, "BC_PLAN_CACHE", ParamType::Int, "32", nullptr, {1, 4096, nullptr},
      "Plans kept per communicator (one per element count and collective); each holds every "
      "step of this rank's program, so thousands are already a lot of memory."},

@@ -89,9 +89,12 @@ TEST_CASE("ranges: the knobs that would cripple a run are refused with the range
   REQUIRE(ps.set(ParamId::PipelineDepth, "1", "test") == BC_OK);
   REQUIRE(ps.set(ParamId::PipelineDepth, "1024", "test") == BC_OK);
   REQUIRE(ps.get_int(ParamId::PipelineDepth) == 1024);
-  // BC_SPIN_COUNT: at least 1.
-  REQUIRE(ps.set(ParamId::SpinCount, "0", "test") == BC_ERR_PARAM);
-  REQUIRE(std::string(last_error()).find("1..1000000") != std::string::npos);
+  // BC_SPIN_COUNT: 0 (auto, the default) or 1..10^6.
+  REQUIRE(ParamSet().get_int(ParamId::SpinCount) == 0);
+  REQUIRE(ps.set(ParamId::SpinCount, "-1", "test") == BC_ERR_PARAM);
+  REQUIRE(ps.set(ParamId::SpinCount, "1000001", "test") == BC_ERR_PARAM);
+  REQUIRE(std::string(last_error()).find("0 (auto) or 1..1000000") != std::string::npos);
+  REQUIRE(ps.set(ParamId::SpinCount, "0", "test") == BC_OK);
   REQUIRE(ps.set(ParamId::SpinCount, "1", "test") == BC_OK);
   // BC_TIMEOUT: 0 (forever) up to a day, in any unit.
   REQUIRE(ps.set(ParamId::Timeout, "0", "test") == BC_OK);

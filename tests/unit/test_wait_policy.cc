@@ -51,6 +51,17 @@ TEST_CASE("wait policy: a rest once every spin_count idle polls; movement starts
   REQUIRE(rests(every, 3) == std::vector<int>{1, 2, 3});
 }
 
+TEST_CASE("wait policy: BC_SPIN_COUNT=auto yields at once only where ranks outnumber their CPUs", "[wait]") {
+  REQUIRE(auto_spin_count(2, 2) == kSpinCountOwnCpu);   // a CPU each
+  REQUIRE(auto_spin_count(1, 1) == kSpinCountOwnCpu);
+  REQUIRE(auto_spin_count(4, 64) == kSpinCountOwnCpu);
+  REQUIRE(auto_spin_count(3, 2) == kSpinCountShared);   // one CPU shared by two ranks
+  REQUIRE(auto_spin_count(8, 2) == kSpinCountShared);
+  REQUIRE(auto_spin_count(8, 0) == kSpinCountOwnCpu);   // CPUs unknown: as before the rule
+  REQUIRE(kSpinCountShared == 1);
+  REQUIRE(kSpinCountOwnCpu > 1);
+}
+
 TEST_CASE("wait policy: idle work counts per request tested, as the shm transport's own wait did", "[wait]") {
   // A waiter on k requests does 1 + k units per idle poll: with spin count 64
   // and 3 requests it rests every 16 polls (the cadence of the library before
