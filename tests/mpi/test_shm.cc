@@ -90,7 +90,7 @@ bool wait_all(bc::Transport *t, std::vector<bc::TransportRequest> &reqs, std::st
 
 unsigned char pattern(uint32_t tag, size_t i, int k) { return static_cast<unsigned char>(tag * 31 + i * 7 + k); }
 
-// Eager (BC_SHM_EAGER, 4K by default) covers the small sizes in every mode; the
+// Eager (BC_SHM_EAGER, 16K by default) covers the small sizes in every mode; the
 // last mode sends them by single copy instead.
 std::vector<const char *> modes() {
   return {"BC_SHM_MODE=copy;BC_SHM_CHUNK=4K", "BC_SHM_MODE=copy", "BC_SHM_MODE=auto", "BC_SHM_MODE=auto;BC_SHM_EAGER=0"};
@@ -138,10 +138,11 @@ TEST_CASE("shm: tags match in any posting order", "[shm]") {
     if (!f.pair()) continue;
     std::string err;
     if (world_rank() < 2) {
-      // Different tags, receives in reverse; sizes around the 4K chunk and the ring.
-      std::vector<uint32_t> tags = {1, 2, 3, 4, 5, 6};
-      std::vector<size_t> sizes = {1, 4096, 4097, 3 * 4096 + 5, 100000, 0};
-      err = exchange(f, tags, sizes, {5, 4, 3, 2, 1, 0});
+      // Different tags, receives in reverse; sizes around the 4K chunk, the
+      // default eager limit (16K) and the ring.
+      std::vector<uint32_t> tags = {1, 2, 3, 4, 5, 6, 7, 8};
+      std::vector<size_t> sizes = {1, 4096, 4097, 3 * 4096 + 5, 16384, 16385, 100000, 0};
+      err = exchange(f, tags, sizes, {7, 6, 5, 4, 3, 2, 1, 0});
       // Equal tags: matched in posting order, interleaved with another tag.
       if (err.empty()) err = exchange(f, {7, 8, 7, 7, 8}, {5000, 10, 70000, 3, 20000}, {1, 0, 4, 2, 3});
       // More outstanding messages than desc slots (64), received in reverse.
@@ -213,9 +214,10 @@ TEST_CASE("shm: cancelled and mismatched messages fail cleanly", "[shm]") {
       if (st != BC_OK || d) err = "the unmatched request did not stay pending: " + std::string(bc_last_error());
       f.t->cancel(&r);
       if (r.active) err = "cancel left the request active";
-      // A size mismatch fails on both sides with a message.
+      // A size mismatch fails on both sides with a message (above the eager
+      // limit: an eager send completes at the sender, below).
       std::vector<bc::TransportRequest> reqs(1);
-      st = world_rank() == 0 ? f.t->post_send(1, buf.data(), 10000, BC_MEM_HOST, 52, &reqs[0])
+      st = world_rank() == 0 ? f.t->post_send(1, buf.data(), 18000, BC_MEM_HOST, 52, &reqs[0])
                              : f.t->post_recv(0, buf.data(), 20000, BC_MEM_HOST, 52, &reqs[0]);
       std::string why;
       if (st != BC_OK) err = bc_last_error();
