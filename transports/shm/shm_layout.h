@@ -71,7 +71,7 @@ namespace shm {
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "64-bit atomics must be lock-free in shared memory");
 static_assert(std::atomic<uint32_t>::is_always_lock_free, "32-bit atomics must be lock-free in shared memory");
 
-constexpr uint64_t kMagic = 0x424353484d303032ULL;  // "BCSHM002"
+constexpr uint64_t kMagic = 0x424353484d303033ULL;  // "BCSHM003"
 constexpr uint32_t kDescSlots = 64;   // outstanding messages per directed pair
 constexpr uint32_t kRingSlots = 4;    // copy mode: chunks in flight per directed pair
 constexpr uint32_t kEagerSlots = 8;   // desc slots 0..7 have an inline area of eager_bytes
@@ -102,13 +102,21 @@ struct alignas(64) Desc {
 
 // One direction between two ranks of the node. Each counter has its own cache
 // line: the sender writes published and head, the receiver grant and tail.
+// slot_of_seq[seq % kDescSlots] is the desc slot of offer seq, written by the
+// sender before it publishes seq: the receiver reads the slots of the new
+// offers (one line each) instead of all 64 descs. A hint only: the receiver
+// checks that the slot holds that seq, POSTED, and scans every slot when it
+// does not (withdrawn, or the sender has run 64 offers ahead meanwhile).
 struct Channel {
   alignas(64) std::atomic<uint64_t> published;
   alignas(64) std::atomic<uint64_t> grant;
   alignas(64) std::atomic<uint64_t> head;
   alignas(64) std::atomic<uint64_t> tail;
+  alignas(64) std::atomic<uint8_t> slot_of_seq[kDescSlots];
   Desc desc[kDescSlots];
 };
+static_assert(kDescSlots <= 256, "a desc slot index fits slot_of_seq's bytes");
+static_assert(std::atomic<uint8_t>::is_always_lock_free, "8-bit atomics must be lock-free in shared memory");
 
 // At offset 0 of the segment; written by the leader before any other rank maps it.
 struct Header {

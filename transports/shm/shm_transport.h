@@ -63,6 +63,7 @@ struct Peer {
   uint64_t in_tail = 0;             // in->tail, likewise
   uint64_t seen = 0;                // in->published at my last scan
   uint32_t free_hint = 0;
+  uint32_t passes = 0;              // of progress(), while receiving: paces check_eager_refusals
   uint64_t recvs_posted = 0;
   std::deque<uint32_t> queued;      // sends waiting for a free desc slot, in posting order
   std::vector<uint32_t> sending;    // published sends not yet complete
