@@ -36,6 +36,16 @@ inline bool everywhere(bool ok, MPI_Comm comm = MPI_COMM_WORLD) {
   return all != 0;
 }
 
+// bc_comm_describe's text for a 1024-float all-reduce on `comm` ("" if it fails).
+inline std::string describe(bc_comm_t comm) {
+  size_t need = 0;
+  if (bc_comm_describe(comm, 1024, BC_FLOAT32, nullptr, 0, &need) != BC_OK) return "";
+  std::string text(need, '\0');
+  if (bc_comm_describe(comm, 1024, BC_FLOAT32, &text[0], need, &need) != BC_OK) return "";
+  text.resize(text.find('\0') == std::string::npos ? text.size() : text.find('\0'));
+  return text;
+}
+
 // Element values are small integers ("logical" values), exact in every dtype,
 // so any reduction order gives the same bits.
 // Rank 0 gets every rank's `line` (cut to max_len), one per row in rank

@@ -184,14 +184,6 @@ TEST_CASE("every rank gets the same bits, whatever the top stage", "[plan][pipel
 
 namespace {
 
-std::string describe(bc_comm_t comm) {
-  size_t needed = 0;
-  if (bc_comm_describe(comm, 1024, BC_FLOAT32, nullptr, 0, &needed) != BC_OK) return "";
-  std::string text(needed, '\0');
-  bc_comm_describe(comm, 1024, BC_FLOAT32, &text[0], needed, &needed);
-  return text;
-}
-
 // The same on every rank (of `comm`)?
 bool same_everywhere(const std::string &s, MPI_Comm comm = MPI_COMM_WORLD) {
   const long long h = static_cast<long long>(std::hash<std::string>()(s) & 0x7FFFFFFFFFFFLL);

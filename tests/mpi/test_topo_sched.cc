@@ -27,15 +27,6 @@ using namespace bctest;
 
 namespace {
 
-std::string describe(bc_comm_t comm) {
-  size_t need = 0;
-  if (bc_comm_describe(comm, 1024, BC_FLOAT32, nullptr, 0, &need) != BC_OK) return "";
-  std::string text(need, '\0');
-  if (bc_comm_describe(comm, 1024, BC_FLOAT32, &text[0], need, &need) != BC_OK) return "";
-  text.resize(text.find('\0') == std::string::npos ? text.size() : text.find('\0'));
-  return text;
-}
-
 // The topology part of describe(), without its first line (where it came from).
 std::string levels_of(const std::string &text) {
   const size_t nl = text.find('\n');

@@ -17,14 +17,6 @@ using namespace bctest;
 
 namespace {
 
-std::string describe(bc_comm_t comm) {
-  size_t needed = 0;
-  if (bc_comm_describe(comm, 1024, BC_FLOAT32, nullptr, 0, &needed) != BC_OK) return "";
-  std::string text(needed, '\0');
-  bc_comm_describe(comm, 1024, BC_FLOAT32, &text[0], needed, &needed);
-  return text;
-}
-
 // The ranks of `comm` on this node, and the CPUs they may run on between them.
 struct NodeShare {
   int ranks = 0;
