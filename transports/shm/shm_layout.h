@@ -13,8 +13,9 @@
 //   --------                       -----------------------                  ----------
 //   post_send(tag, buf, n)         published  : last seq posted   (i)       post_recv, then test():
 //    take a FREE desc slot,        grant      : seq allowed to stream (j)    when `published` moved:
-//    fill {tag, n, &buf},          head, tail : chunks in / out   (i, j)     scan the desc slots, keep
-//    state = (seq, POSTED) ------> desc[64]   : state = seq<<3 | st,         the POSTED ones (by seq)
+//    fill {tag, n, &buf},          head, tail : chunks in / out   (i, j)     read the new seqs' slots
+//    state = (seq, POSTED),        slot_of_seq: slot by seq % 64  (i)        (all 64 if a hint fails),
+//    slot_of_seq[seq] = slot ----> desc[64]   : state = seq<<3 | st,         keep the POSTED ones
 //    published = seq                            tag, size, addr              match each unmatched recv
 //                                  ring[K]    : K chunks of BC_SHM_CHUNK     with the lowest-seq desc
 //                                               (copy mode only)             of its tag:
