@@ -122,7 +122,8 @@ const ParamDef kParamDefs[] = {
      "completes at once (no system call, no wait for the receiver); larger ones take the cma or "
      "copy path. 0 turns it off. Rounded up to 64 bytes; the segment reserves 8 such areas per "
      "pair of ranks, so the maximum bounds it (pages are only allocated once used; 16K: 128 KiB "
-     "per pair, 7 MiB at 8 ranks, 0.5 GiB of address space at 64). 16K, not 4K: 8-16 KiB "
+     "per pair, 7 MiB at 8 ranks, 0.5 GiB of address space at 64; where /dev/shm has less room, "
+     "the areas halve until they fit, down to 64 B, then go, with a warning). 16K, not 4K: 8-16 KiB "
      "all-reduces at np 4 on 2 cores took 23-37 us with 4K, 11-15 with 16K (a single-copy send "
      "waits for its receiver to be scheduled)."},
     {ParamId::MpiTagUb, "BC_MPI_TAG_UB", ParamType::Int, "0", nullptr, {0, 2147483647, nullptr},

@@ -67,6 +67,21 @@ uint64_t fresh_nonce() {
 
 size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
 
+}  // namespace
+
+SegmentSize fit_segment(size_t avail, size_t fixed, size_t npairs, size_t eager_bytes, uint32_t ring_slots,
+                        size_t chunk) {
+  SegmentSize s{eager_bytes, ring_slots, 0};
+  auto total = [&] { return fixed + npairs * (kEagerSlots * s.eager_bytes + s.ring_slots * chunk); };
+  while (total() > avail && s.eager_bytes > 64) s.eager_bytes = round_up(s.eager_bytes / 2, 64);
+  if (total() > avail) s.eager_bytes = 0;
+  if (total() > avail && s.ring_slots > 2) s.ring_slots = 2;
+  s.total = total();
+  return s;
+}
+
+namespace {
+
 // A segment is unlinked as soon as every rank of its node has mapped it, so one
 // can only be left behind by a rank killed during setup. Leaders remove such
 // leftovers: our names whose creating process is gone, and which are older than
@@ -141,24 +156,17 @@ Status Node::create_segment(char *name, size_t name_size) {
   struct statvfs vfs;
   const size_t avail = fstatvfs(fd, &vfs) == 0 ? static_cast<size_t>(vfs.f_bavail) * vfs.f_frsize : SIZE_MAX;
   // Eager areas are written only as small messages use them (tmpfs pages are
-  // allocated on first touch), but the size must fit: where /dev/shm is tight
-  // the eager path goes first, then half the ring.
-  ring_slots_ = cma_ ? 0 : kRingSlots;
-  auto total_bytes = [&] {
-    return data_offset + npairs * (kEagerSlots * eager_bytes_ + ring_slots_ * chunk_);
-  };
-  size_t total = total_bytes();
-  if (total > avail && eager_bytes_ > 0) {
+  // allocated on first touch), but the size must fit (a container's /dev/shm
+  // is often 64 MiB: 16 KiB areas fit 23 ranks, 4 KiB 45).
+  const SegmentSize fit = fit_segment(avail, data_offset, npairs, eager_bytes_, cma_ ? 0 : kRingSlots, chunk_);
+  if (fit.eager_bytes != eager_bytes_)
     BC_WARN(Transport, "shm transport: /dev/shm has %zu MiB free, too little for %zu B eager areas "
-                       "(BC_SHM_EAGER) between %d ranks: small messages take the single-copy path", avail >> 20,
-                       eager_bytes_, nlocal);
-    eager_bytes_ = 0;
-    total = total_bytes();
-  }
-  if (total > avail && !cma_) {
-    ring_slots_ = 2;
-    total = total_bytes();
-  }
+                       "(BC_SHM_EAGER) between %d ranks: %s", avail >> 20, eager_bytes_, nlocal,
+                       fit.eager_bytes ? ("eager messages up to " + std::to_string(fit.eager_bytes) + " B").c_str()
+                                       : "small messages take the single-copy path");
+  eager_bytes_ = fit.eager_bytes;
+  ring_slots_ = fit.ring_slots;
+  const size_t total = fit.total;
   Status st = BC_OK;
   void *p = MAP_FAILED;
   if (total > avail)

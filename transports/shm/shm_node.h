@@ -13,6 +13,20 @@
 namespace bc {
 namespace shm {
 
+// A segment's variable sizes, and its total: `fixed` bytes (header and
+// channels) plus, per directed pair, kEagerSlots eager areas and ring_slots
+// chunks of the copy ring.
+struct SegmentSize {
+  size_t eager_bytes;
+  uint32_t ring_slots;
+  size_t total;
+};
+// What fits where /dev/shm has `avail` bytes free: as asked if it fits; else
+// the eager areas halve (down to 64 B), then go, then the ring halves to 2
+// chunks. The result may still not fit (the caller refuses it then).
+SegmentSize fit_segment(size_t avail, size_t fixed, size_t npairs, size_t eager_bytes, uint32_t ring_slots,
+                        size_t chunk);
+
 class Node {
  public:
   Node() = default;
