@@ -336,8 +336,10 @@ Status discover_level(MPI_Comm comm, const ParamSet &params, const std::vector<T
   return BC_OK;
 }
 
-// The detection itself: node split, keys, one allgather.
-Status detect(MPI_Comm comm, const ParamSet &params, Topology *out) {
+// The detection itself: node split, keys, one allgather. `cpus`: this
+// process's affinity mask (affinity_of_this_process), read once by the caller
+// for its cache key too, so that the key and the record say the same.
+Status detect(MPI_Comm comm, const ParamSet &params, const uint64_t *cpus, Topology *out) {
   int rank = 0, size = 0;
   BC_MPI_CHECK(MPI_Comm_rank(comm, &rank));
   BC_MPI_CHECK(MPI_Comm_size(comm, &size));
@@ -356,7 +358,7 @@ Status detect(MPI_Comm comm, const ParamSet &params, Topology *out) {
   if (st != BC_OK) mine.status = st;
   mine.above = above;
   mine.given_checked = g_given_checked ? 1 : 0;
-  affinity_of_this_process(mine.cpus);
+  std::memcpy(mine.cpus, cpus, sizeof mine.cpus);
   mine.nkeys = static_cast<int32_t>(keys.size());
   for (size_t i = 0; i < keys.size() && i < kMaxKeys; ++i) mine.keys[i] = keys[i];
 
@@ -491,7 +493,7 @@ Status topo_detect(MPI_Comm comm, const ParamSet &params, Topology *out) {
     BC_DEBUGLOG(Topo, "layout of %zu ranks as detected before: %s", members.size(), out->source.c_str());
     return BC_OK;
   }
-  BC_CHECK(detect(comm, params, out));
+  BC_CHECK(detect(comm, params, cpus, out));
   if (cacheable) {
     std::lock_guard<std::mutex> lock(g_topo_mutex);
     if (g_topos.size() >= kTopoCacheSize) g_topos.erase(g_topos.begin());
