@@ -45,8 +45,8 @@ for ((r = 0; r < NP; ++r)); do
   grep -q "learning" <<< "$line" && fail "rank $r: the bucket is still learning after $CALLS calls: $line"
   decisions+=("${line#*; }")
   served=$(stat_count "$f" served) learned=$(stat_count "$f" passed:learned)
-  [ "${served:-0}" -eq "$bc" ] && [ "${learned:-0}" -eq "$mpi" ] ||
-    fail "rank $r: served ${served:-0} / passed:learned ${learned:-0} do not match the route line: $line"
+  [ "$served" -eq "$bc" ] && [ "$learned" -eq "$mpi" ] ||
+    fail "rank $r: served $served / passed:learned $learned do not match the route line: $line"
 done
 if [ ${#decisions[@]} -eq "$NP" ]; then
   for d in "${decisions[@]}"; do
@@ -59,7 +59,7 @@ fi
   --latency "$ITERS" > "$W/bc.out" 2>&1 || { fail "BC_PMPI_ROUTE=bc run exited with $?"; cat "$W/bc.out"; }
 for ((r = 0; r < NP; ++r)); do
   served=$(stat_count "$W/bc.$r" served)
-  [ "${served:-0}" -eq "$CALLS" ] || fail "rank $r: BC_PMPI_ROUTE=bc served ${served:-0} of $CALLS"
+  [ "$served" -eq "$CALLS" ] || fail "rank $r: BC_PMPI_ROUTE=bc served $served of $CALLS"
   grep -q "route" "$W/bc.$r" && fail "rank $r: route lines with BC_PMPI_ROUTE=bc"
 done
 REUSE=400
@@ -77,8 +77,8 @@ for ((r = 0; r < NP; ++r)); do
     sum_bc=$((sum_bc + bc)) sum_mpi=$((sum_mpi + mpi))
   done
   served=$(stat_count "$f" served) learned=$(stat_count "$f" passed:learned)
-  [ "${served:-0}" -eq "$sum_bc" ] && [ "${learned:-0}" -eq "$sum_mpi" ] ||
-    fail "rank $r: served ${served:-0} / passed:learned ${learned:-0}, the routes say $sum_bc / $sum_mpi"
+  [ "$served" -eq "$sum_bc" ] && [ "$learned" -eq "$sum_mpi" ] ||
+    fail "rank $r: served $served / passed:learned $learned, the routes say $sum_bc / $sum_mpi"
 done
 [ $status = 0 ] && echo "reuse: 3 communicators, each learned anew: ${lines[*]#*; }"
 exit $status
