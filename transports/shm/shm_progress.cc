@@ -112,7 +112,7 @@ void ShmTransport::publish(Peer &p) {
     if (!eager) slot = free_slot(p, false);
     if (slot < 0) return;  // 64 offers outstanding: the rest wait here, in order
     const uint32_t id = p.queued.front();
-    p.queued.pop_front();
+    p.queued.erase(p.queued.begin());
     Desc &d = p.out->desc[slot];
     if (eager) std::memcpy(p.out_eager + static_cast<size_t>(slot) * node_->eager_bytes(), op.buf, op.size);
     d.size.store(op.size, kRelaxed);
@@ -362,7 +362,7 @@ void ShmTransport::drain(Peer &p) {
     } else {
       return;  // more to come
     }
-    p.streaming.pop_front();
+    p.streaming.erase(p.streaming.begin());
     p.in->grant.store(p.streaming.empty() ? 0 : ops_[p.streaming.front()].seq, kRelease);
   }
 }

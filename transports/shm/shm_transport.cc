@@ -37,6 +37,11 @@ ShmTransport::ShmTransport(const TransportSetup &s, std::unique_ptr<Node> node)
       p.out_ring = node_->ring(me, l);
       p.in_ring = node_->ring(l, me);
     }
+    // As many as the channel has desc slots: how far a peer runs ahead (its
+    // offers) or how many sends are out never makes them grow mid-run.
+    p.offers.reserve(kDescSlots);
+    p.sending.reserve(kDescSlots);
+    p.streaming.reserve(kDescSlots);
   }
 }
 

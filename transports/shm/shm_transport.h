@@ -6,7 +6,6 @@
 
 #include <sys/types.h>
 
-#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
@@ -65,10 +64,13 @@ struct Peer {
   uint32_t free_hint = 0;
   uint32_t passes = 0;              // of progress(), while receiving: paces check_eager_refusals
   uint64_t recvs_posted = 0;
-  std::deque<uint32_t> queued;      // sends waiting for a free desc slot, in posting order
+  // Vectors, front removal included: these hold a few ids at most, and a
+  // vector keeps its capacity where a deque allocates a block every 128
+  // pushes (a warm all-reduce allocates nothing: tests/mpi/test_reuse.cc).
+  std::vector<uint32_t> queued;     // sends waiting for a free desc slot, in posting order
   std::vector<uint32_t> sending;    // published sends not yet complete
   std::vector<uint32_t> unmatched;  // receives, in posting order
-  std::deque<uint32_t> streaming;   // copy mode: matched receives; the first holds the grant
+  std::vector<uint32_t> streaming;  // copy mode: matched receives; the first holds the grant
   std::vector<Offer> offers;        // by seq
   std::string broken;               // set: the channel from this peer can no longer be trusted
   uint64_t bytes_sent = 0, bytes_received = 0, msgs_sent = 0, msgs_received = 0;
