@@ -407,6 +407,7 @@ bool model_is_local(const bc_comm *c) {
 
 Status model_setup(bc_comm *c) {
   c->model = CostModel();
+  c->choices.clear();  // made with or without the model: none may outlive it
   if (model_is_local(c)) return BC_OK;
   const std::string mode = c->params.get_str(ParamId::Model);
   const std::string path = c->params.get_str(ParamId::ModelFile);

@@ -64,8 +64,9 @@ struct bc_comm {
   std::string spin_why;
   std::vector<bc::PlanRule> plan_rules;
   bc::CostModel model;  // empty: BC_MODEL off, or one node (lib/api/calibrate.cc)
-  // The model's choice per buffer size (every rank computes the same).
-  mutable std::map<int64_t, bc::PlanChoice> model_choices;
+  // The choice per buffer size (comm_choose; every rank computes the same),
+  // kept: a PlanChoice copied per call allocates its stage algorithms.
+  mutable std::map<int64_t, bc::PlanChoice> choices;
   std::vector<std::unique_ptr<bc::Transport>> transports;
   std::vector<bc::Transport *> peer_transport;  // per rank
   uint32_t seq = 0;
@@ -173,7 +174,8 @@ Status comm_check(const bc_comm *comm);
 Status comm_ensure_device(bc_comm *comm);
 // The plan choice for a buffer of `bytes`: the cost model's when there is one,
 // else the defaults; BC_PLAN rules and explicitly set knobs override either.
-PlanChoice comm_choose(const bc_comm *comm, int64_t bytes);
+// Made once per size and kept: valid until the next comm_choose.
+const PlanChoice &comm_choose(const bc_comm *comm, int64_t bytes);
 // What a transport is told at creation, for this communicator.
 TransportSetup transport_setup(const bc_comm *comm);
 // The hierarchy a plan shape runs on.

@@ -26,15 +26,18 @@ const Hierarchy &hierarchy_for(const bc_comm *c, Hierarchy::Shape shape) {
   }
 }
 
-PlanChoice comm_choose(const bc_comm *c, int64_t bytes) {
+const PlanChoice &comm_choose(const bc_comm *c, int64_t bytes) {
+  auto it = c->choices.find(bytes);
+  if (it != c->choices.end()) return it->second;
+  if (c->choices.size() >= 256) c->choices.clear();
   PlanChoice base;
   base.algo = c->algo;
   base.chunk_bytes = c->params.get_int(ParamId::Chunk);
   base.depth = static_cast<int>(c->params.get_int(ParamId::PipelineDepth));  // 1..1024: the registry's range
-  if (c->model.empty()) return plan_choose(c->plan_rules, bytes, base);
-  auto it = c->model_choices.find(bytes);
-  if (it == c->model_choices.end()) {
-    if (c->model_choices.size() >= 256) c->model_choices.clear();
+  PlanChoice chosen;
+  if (c->model.empty()) {
+    chosen = plan_choose(c->plan_rules, bytes, base);
+  } else {
     PlanChoice m = model_choose(c->hier, c->hier_leader, c->hier_flat, c->model, bytes);
     // What the user set explicitly wins over the model.
     if (c->params.is_set(ParamId::Algo)) {
@@ -43,10 +46,10 @@ PlanChoice comm_choose(const bc_comm *c, int64_t bytes) {
     }
     if (c->params.is_set(ParamId::Chunk)) m.chunk_bytes = base.chunk_bytes;
     if (c->params.is_set(ParamId::PipelineDepth)) m.depth = base.depth;
-    it = c->model_choices.emplace(bytes, m).first;
+    // BC_PLAN's default rules are the model-less choice; rules the user set apply on top.
+    chosen = c->params.is_set(ParamId::Plan) ? plan_choose(c->plan_rules, bytes, m) : m;
   }
-  // BC_PLAN's default rules are the model-less choice; rules the user set apply on top.
-  return c->params.is_set(ParamId::Plan) ? plan_choose(c->plan_rules, bytes, it->second) : it->second;
+  return c->choices.emplace(bytes, std::move(chosen)).first->second;
 }
 
 BufferPool &buffer_pool(bc_comm *c, bc_memtype_t mem) { return mem == BC_MEM_CUDA ? c->dev_pool : c->host_pool; }
@@ -104,7 +107,7 @@ Status comm_describe(bc_comm *c, int64_t count, bc_dtype_t dtype, std::string *o
   if (count < 0) return BC_FAIL(BC_ERR_INVALID_ARG, "count is negative");
   if (!dtype_is_valid(dtype)) return BC_FAIL(BC_ERR_INVALID_ARG, "unknown dtype %d", static_cast<int>(dtype));
   const size_t elem = bc_dtype_size(dtype);
-  const PlanChoice choice = comm_choose(c, count * static_cast<int64_t>(elem));
+  const PlanChoice &choice = comm_choose(c, count * static_cast<int64_t>(elem));
   const int64_t nchunks = chunk_count(choice, count, elem);
   std::shared_ptr<const Program> prog;
   BC_CHECK(comm_plan(c, CollKind::Allreduce, false, block_count(count, nchunks, 0), choice, &prog));
