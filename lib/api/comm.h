@@ -20,6 +20,7 @@
 #include "plan/plan.h"
 #include "plan/rules.h"
 #include "sched/executor.h"
+#include "sched/operation.h"
 #include "topo/topo.h"
 #include "transports/transport.h"
 
@@ -95,6 +96,12 @@ struct bc_comm {
   // Shared: an operation in flight keeps its plans alive if the cache drops them.
   std::list<std::pair<PlanKey, std::shared_ptr<const bc::Program>>> plans;
   int inflight = 0;  // non-blocking operations not yet completed (by bc_test/bc_wait)
+  // An idle Operation, with its Executions and their vectors, that the next
+  // start() takes: a blocking collective gives it back, so that the loop of
+  // small all-reduces a training step makes allocates nothing per call (nine
+  // mallocs and frees each before: an 8-byte all-reduce at np 2 took
+  // 0.62-0.70 us, 0.47-0.54 without them).
+  std::unique_ptr<bc::Operation> spare_op;
   // BC_CHECK_ARGS, read at creation: agree on the arguments before each collective (api/argcheck.h).
   bool check_args = false;
   // Non-blocking requests in flight that no progress thread drives: the

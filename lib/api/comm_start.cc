@@ -107,7 +107,7 @@ Status start(bc_comm *c, const CollArgs &a, CommLock *lock, std::unique_ptr<Oper
 
   // Only the all-reduce is cut into chunks: reduce_scatter and allgather tie
   // blocks to ranks across the whole buffer.
-  const PlanChoice choice = comm_choose(c, total * static_cast<int64_t>(elem));
+  const PlanChoice &choice = comm_choose(c, total * static_cast<int64_t>(elem));
   const int64_t nchunks = a.kind == CollKind::Allreduce ? chunk_count(choice, total, elem) : 1;
   std::shared_ptr<const Program> big, small;
   BC_CHECK(comm_plan(c, a.kind, a.op == BC_AVG, block_count(total, nchunks, 0), choice, &big));
@@ -152,7 +152,9 @@ Status start(bc_comm *c, const CollArgs &a, CommLock *lock, std::unique_ptr<Oper
   }
 
   const ExecContext ctx = exec_context(c, a.dtype, a.op, mem);
-  op_out->reset(new Operation(ctx, work, total, nchunks, choice.depth, big, small, c->seq, lazy_input));
+  if (c->spare_op) *op_out = std::move(c->spare_op);
+  else op_out->reset(new Operation);
+  (*op_out)->start(ctx, work, total, nchunks, choice.depth, std::move(big), std::move(small), c->seq, lazy_input);
   c->seq += static_cast<uint32_t>(nchunks);
   *work_out = work;
   return BC_OK;
@@ -179,7 +181,8 @@ Status comm_run(bc_comm *c, const CollArgs &a) {
     st = op->wait();
     comm_mark_broken_on(c, st);
     if (st == BC_OK) c->last_stage_seconds = op->stage_seconds();
-    op.reset();  // gives its scratch back to the pool
+    op->finish();  // gives its scratch back to the pool
+    c->spare_op = std::move(op);  // under the lock still
     if (st == BC_OK && a.kind == CollKind::ReduceScatter) {
       const size_t elem = bc_dtype_size(a.dtype);
       unsigned char *from = work + c->rank * a.count * elem;

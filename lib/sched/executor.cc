@@ -19,18 +19,26 @@ using Clock = std::chrono::steady_clock;
 // received whole (all-gather) is never copied; whatever is left at the end
 // (one rank: everything) is copied then. The arithmetic and its order are
 // unchanged, so the results are the same bits.
-Execution::Execution(const Program &prog, const ExecContext &ctx, void *work, void *scratch, uint32_t seq,
-                     const void *input)
-    : prog_(prog),
-      ctx_(ctx),
-      work_(static_cast<unsigned char *>(work)),
-      scratch_(static_cast<unsigned char *>(scratch)),
-      input_(static_cast<const unsigned char *>(input)),
-      elem_(bc_dtype_size(ctx.dtype)),
-      // Programs use tags below 2^20; the sequence number keeps back-to-back
-      // collectives apart (the layout: transports/transport.h).
-      seq_bits_((seq & kSeqTagMask) << kProgramTagBits),
-      stage_seconds_(prog.stage_algos.size(), 0.0) {
+void Execution::start(const Program &prog, const ExecContext &ctx, void *work, void *scratch, uint32_t seq,
+                      const void *input) {
+  cancel_all();  // nothing in flight after a finish; after a failure, what was left
+  prog_ = &prog;
+  ctx_ = ctx;
+  work_ = static_cast<unsigned char *>(work);
+  scratch_ = static_cast<unsigned char *>(scratch);
+  input_ = static_cast<const unsigned char *>(input);
+  elem_ = bc_dtype_size(ctx.dtype);
+  // Programs use tags below 2^20; the sequence number keeps back-to-back
+  // collectives apart (the layout: transports/transport.h).
+  seq_bits_ = (seq & kSeqTagMask) << kProgramTagBits;
+  step_ = 0;
+  posted_ = false;
+  req_done_.clear();
+  remaining_ = 0;
+  completions_ = 0;
+  tests_ = 0;
+  stage_seconds_.assign(prog.stage_algos.size(), 0.0);
+  untouched_.clear();
   if (input_ && prog.count > 0) untouched_.push_back(Range{0, prog.count});
   reducer_status_ = reducer_for(ctx.dtype, ctx.op, ctx.mem, &reducer_);
 }
@@ -44,7 +52,8 @@ bool Execution::untouched(const Range &r) const {
 }
 
 void Execution::overwritten(const Range &r) {
-  std::vector<Range> left;
+  std::vector<Range> &left = untouched_next_;
+  left.clear();
   for (const Range &u : untouched_) {
     const Range both = intersect(u, r);
     if (both.count == 0) {
@@ -73,7 +82,7 @@ void Execution::cancel_all() {
 }
 
 Status Execution::post_step() {
-  const Step &st = prog_.steps[step_];
+  const Step &st = prog_->steps[step_];
   reqs_.assign(st.recvs.size() + st.sends.size(), TransportRequest{});
   req_done_.assign(reqs_.size(), 0);
   remaining_ = reqs_.size();
@@ -129,7 +138,7 @@ Status Execution::reduce_in_member_order(const Step &st) {
 }
 
 Status Execution::finish_step() {
-  const Step &st = prog_.steps[step_];
+  const Step &st = prog_->steps[step_];
   if (st.combine == Combine::Reduce) {
     // Checked once, in the constructor; checked again only to report why.
     if (reducer_status_ != BC_OK) return reducer_for(ctx_.dtype, ctx_.op, ctx_.mem, &reducer_);
@@ -159,7 +168,7 @@ Status Execution::finish_step() {
 }
 
 Status Execution::progress(bool *done) {
-  while (step_ < prog_.steps.size()) {
+  while (step_ < prog_->steps.size()) {
     if (!posted_) BC_CHECK(post_step());
     for (size_t i = 0; i < reqs_.size() && remaining_ > 0; ++i) {
       if (req_done_[i]) continue;
@@ -179,16 +188,16 @@ Status Execution::progress(bool *done) {
     BC_CHECK(finish_step());
     ++completions_;
   }
-  if (!untouched_.empty()) materialize(Range{0, prog_.count});  // what no step touched
+  if (!untouched_.empty()) materialize(Range{0, prog_->count});  // what no step touched
   *done = true;
   return BC_OK;
 }
 
 std::string Execution::pending() const {
   std::ostringstream os;
-  if (step_ >= prog_.steps.size()) return " nothing";
-  const Step &st = prog_.steps[step_];
-  os << " step " << step_ << " of " << prog_.steps.size();
+  if (step_ >= prog_->steps.size()) return " nothing";
+  const Step &st = prog_->steps[step_];
+  os << " step " << step_ << " of " << prog_->steps.size();
   if (st.stage >= 0) os << " (stage " << st.stage + 1 << ")";
   os << ":";
   size_t i = 0;

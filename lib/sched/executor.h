@@ -37,13 +37,18 @@ struct ExecContext {
 
 class Execution {
  public:
-  // `work` has prog.count elements; `scratch` at least prog.scratch_elems.
-  // `input` (host buffers only; null when the input is already in `work`):
-  // the caller's input, read where the work buffer does not hold its data yet
-  // (see "Lazy input" in executor.cc); by the end `work` holds the result.
-  Execution(const Program &prog, const ExecContext &ctx, void *work, void *scratch, uint32_t seq,
-            const void *input = nullptr);
+  // Idle until start().
+  Execution() = default;
   ~Execution();
+  // Runs `prog` from its first step. `work` has prog.count elements;
+  // `scratch` at least prog.scratch_elems. `input` (host buffers only; null
+  // when the input is already in `work`): the caller's input, read where the
+  // work buffer does not hold its data yet (see "Lazy input" in executor.cc);
+  // by the end `work` holds the result. An Execution that finished (or was
+  // cancelled) may start again: its vectors keep their capacity, so a chunk
+  // or a call after the first allocates nothing.
+  void start(const Program &prog, const ExecContext &ctx, void *work, void *scratch, uint32_t seq,
+             const void *input = nullptr);
   Execution(const Execution &) = delete;
   Execution &operator=(const Execution &) = delete;
 
@@ -68,16 +73,17 @@ class Execution {
   void materialize(const Range &r);           // copy what r lacks from the input
   void overwritten(const Range &r);           // r was received whole: nothing to copy
 
-  const Program &prog_;
+  const Program *prog_ = nullptr;
   ExecContext ctx_;
   Reducer reducer_;          // ctx_'s (dtype, op, mem), checked once here
   Status reducer_status_;    // why reducer_ is unusable (the API checks first, so never in practice)
-  unsigned char *work_;
-  unsigned char *scratch_;
-  const unsigned char *input_;
+  unsigned char *work_ = nullptr;
+  unsigned char *scratch_ = nullptr;
+  const unsigned char *input_ = nullptr;
   std::vector<Range> untouched_;  // disjoint, in no order
-  size_t elem_;
-  uint32_t seq_bits_;
+  std::vector<Range> untouched_next_;  // overwritten()'s result, swapped in: no allocation per call
+  size_t elem_ = 0;
+  uint32_t seq_bits_ = 0;
   size_t step_ = 0;
   bool posted_ = false;
   std::vector<TransportRequest> reqs_;

@@ -9,23 +9,43 @@ namespace bc {
 
 Operation::Operation(const ExecContext &ctx, unsigned char *work, int64_t count, int64_t nchunks, int depth,
                      std::shared_ptr<const Program> big, std::shared_ptr<const Program> small, uint32_t seq_base,
-                     const unsigned char *input)
-    : ctx_(ctx),
-      work_(work),
-      input_(input),
-      count_(count),
-      nchunks_(nchunks),
-      big_(std::move(big)),
-      small_(std::move(small)),
-      seq_base_(seq_base),
-      elem_(bc_dtype_size(ctx.dtype)),
-      slots_(static_cast<size_t>(std::max<int64_t>(1, std::min<int64_t>(depth, nchunks)))),
-      stage_seconds_(big_->stage_algos.size(), 0.0) {}
+                     const unsigned char *input) {
+  start(ctx, work, count, nchunks, depth, std::move(big), std::move(small), seq_base, input);
+}
 
-Operation::~Operation() {
+Operation::~Operation() { finish(); }
+
+void Operation::start(const ExecContext &ctx, unsigned char *work, int64_t count, int64_t nchunks, int depth,
+                      std::shared_ptr<const Program> big, std::shared_ptr<const Program> small, uint32_t seq_base,
+                      const unsigned char *input) {
+  finish();  // idle already, unless the caller skipped it
+  ctx_ = ctx;
+  work_ = work;
+  input_ = input;
+  count_ = count;
+  nchunks_ = nchunks;
+  big_ = std::move(big);
+  small_ = std::move(small);
+  seq_base_ = seq_base;
+  elem_ = bc_dtype_size(ctx.dtype);
+  slots_.resize(static_cast<size_t>(std::max<int64_t>(1, std::min<int64_t>(depth, nchunks))));
+  next_chunk_ = 0;
+  finished_chunks_ = 0;
+  retired_completions_ = 0;
+  retired_tests_ = 0;
+  stage_seconds_.assign(big_->stage_algos.size(), 0.0);
+}
+
+void Operation::finish() {
   cancel();
   for (Slot &s : slots_)
-    if (s.scratch) ctx_.scratch_pool->release(s.scratch);
+    if (s.scratch) {
+      ctx_.scratch_pool->release(s.scratch);
+      s.scratch = nullptr;
+      s.scratch_bytes = 0;
+    }
+  big_.reset();
+  small_.reset();
 }
 
 Status Operation::slot_scratch(Slot *slot, size_t need, unsigned char **out) {
@@ -41,9 +61,9 @@ Status Operation::slot_scratch(Slot *slot, size_t need, unsigned char **out) {
 
 void Operation::cancel() {
   for (Slot &s : slots_)
-    if (s.exec) {
+    if (s.running) {
       s.exec->cancel_all();
-      s.exec.reset();
+      s.running = false;
     }
 }
 
@@ -56,8 +76,10 @@ Status Operation::start_chunk(Slot *slot) {
   unsigned char *scratch = nullptr;
   BC_CHECK(slot_scratch(slot, need, &scratch));
   const int64_t at = block_offset(count_, nchunks_, j) * static_cast<int64_t>(elem_);
-  slot->exec.reset(new Execution(*prog, ctx_, work_ + at, scratch, seq_base_ + static_cast<uint32_t>(j),
-                                 input_ ? input_ + at : nullptr));
+  if (!slot->exec) slot->exec.reset(new Execution);
+  slot->exec->start(*prog, ctx_, work_ + at, scratch, seq_base_ + static_cast<uint32_t>(j),
+                    input_ ? input_ + at : nullptr);
+  slot->running = true;
   return BC_OK;
 }
 
@@ -65,7 +87,7 @@ Status Operation::progress(bool *done) {
   for (Slot &s : slots_) {
     // A slot runs chunk after chunk: as soon as one finishes the next starts.
     for (;;) {
-      if (!s.exec) {
+      if (!s.running) {
         if (next_chunk_ >= nchunks_) break;
         BC_CHECK(start_chunk(&s));
       }
@@ -76,7 +98,7 @@ Status Operation::progress(bool *done) {
       for (size_t i = 0; i < t.size() && i < stage_seconds_.size(); ++i) stage_seconds_[i] += t[i];
       retired_completions_ += s.exec->completions() + 1;
       retired_tests_ += s.exec->tests();
-      s.exec.reset();
+      s.running = false;
       ++finished_chunks_;
     }
   }
@@ -87,21 +109,21 @@ Status Operation::progress(bool *done) {
 uint64_t Operation::completions() const {
   uint64_t seen = retired_completions_;
   for (const Slot &s : slots_)
-    if (s.exec) seen += s.exec->completions();
+    if (s.running) seen += s.exec->completions();
   return seen;
 }
 
 uint64_t Operation::tests() const {
   uint64_t seen = retired_tests_;
   for (const Slot &s : slots_)
-    if (s.exec) seen += s.exec->tests();
+    if (s.running) seen += s.exec->tests();
   return seen;
 }
 
 Status Operation::fail_timeout() {
   std::string what;
   for (const Slot &s : slots_)
-    if (s.exec) { what = s.exec->pending(); break; }
+    if (s.running) { what = s.exec->pending(); break; }
   cancel();
   return BC_FAIL(BC_ERR_TIMEOUT, "no progress for %lld ms (BC_TIMEOUT); chunk %lld of %lld waits in%s",
                  static_cast<long long>(ctx_.timeout_ms), static_cast<long long>(finished_chunks_ + 1),
@@ -125,7 +147,7 @@ Status Operation::fail_dead(const char *cause) {
   int64_t chunk = finished_chunks_ + 1;
   // The first chunk in flight that still waits for something.
   for (const Slot &s : slots_) {
-    if (!s.exec) continue;
+    if (!s.running) continue;
     const std::string p = s.exec->pending();
     if (p == " nothing") continue;
     what = p;

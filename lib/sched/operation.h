@@ -30,6 +30,9 @@ namespace bc {
 
 class Operation {
  public:
+  // Idle until start(); a finished Operation may start again (comm_run keeps
+  // one per communicator), so that a blocking call allocates nothing.
+  Operation() = default;
   // `big` serves chunks of big->count elements and `small` (may equal big) the
   // chunks one element shorter: cutting n into k chunks gives at most two sizes.
   // `input`: host buffers, out of place: the caller's input, which is not
@@ -41,6 +44,14 @@ class Operation {
   ~Operation();
   Operation(const Operation &) = delete;
   Operation &operator=(const Operation &) = delete;
+
+  // As the constructor, on an idle Operation (a new one, or one after finish()).
+  void start(const ExecContext &ctx, unsigned char *work, int64_t count, int64_t nchunks, int depth,
+             std::shared_ptr<const Program> big, std::shared_ptr<const Program> small, uint32_t seq_base,
+             const unsigned char *input = nullptr);
+  // Cancels what is in flight and gives the scratch back to its pool and the
+  // programs to the plan cache: idle again, its Executions kept for reuse.
+  void finish();
 
   Status progress(bool *done);
   Status wait();
@@ -71,11 +82,13 @@ class Operation {
   const ExecContext &context() const { return ctx_; }
   // Seconds per stage, summed over chunks (chunks overlap, so the sum can
   // exceed the wall time).
-  std::vector<double> stage_seconds() const { return stage_seconds_; }
+  const std::vector<double> &stage_seconds() const { return stage_seconds_; }
 
  private:
   struct Slot {
+    // Kept across chunks and calls; `running` while it runs a chunk.
     std::unique_ptr<Execution> exec;
+    bool running = false;
     // From the communicator's pool (ctx.scratch_pool), returned at the end:
     // never zeroed (it is always written before it is read) and never
     // allocated per call (cuda/cuda_rt.h, BufferPool, says why).
@@ -87,13 +100,13 @@ class Operation {
   Status fail_dead(const char *cause);
 
   ExecContext ctx_;
-  unsigned char *work_;
-  const unsigned char *input_;
-  int64_t count_;
-  int64_t nchunks_;
+  unsigned char *work_ = nullptr;
+  const unsigned char *input_ = nullptr;
+  int64_t count_ = 0;
+  int64_t nchunks_ = 0;
   std::shared_ptr<const Program> big_, small_;
-  uint32_t seq_base_;
-  size_t elem_;
+  uint32_t seq_base_ = 0;
+  size_t elem_ = 0;
   std::vector<Slot> slots_;
   int64_t next_chunk_ = 0;
   int64_t finished_chunks_ = 0;
