@@ -74,8 +74,8 @@ TEST_CASE("a reused operation carries nothing from one call to the next", "[reus
     float x = 1.0f;
     REQUIRE(everywhere(bc_allreduce(&x, &x, 1, static_cast<bc_dtype_t>(999), BC_SUM, comm) == BC_ERR_INVALID_ARG));
     REQUIRE(everywhere(bc_allreduce(&x, &x, 0, BC_FLOAT32, BC_SUM, comm) == BC_OK));
-    // A non-blocking call takes the idle operation with it; the next blocking
-    // call makes another.
+    // A non-blocking call takes the idle operation and gives it back when
+    // bc_wait completes it (with a progress thread: drops it).
     Case nb{BC_INT32, BC_SUM, 5000, nullptr};
     nb.fill(r, p);
     bc_request_t req = nullptr;
@@ -110,5 +110,30 @@ TEST_CASE("a warm blocking all-reduce allocates nothing", "[reuse]") {
     REQUIRE(everywhere(st == BC_OK && small.right(p)));
     CHECK(everywhere(made == 0));
   }
+  REQUIRE(bc_comm_destroy(&comm) == BC_OK);
+}
+
+// bc_iallreduce + bc_wait without a progress thread: the request is the one
+// allocation; its operation is the communicator's idle one, given back.
+TEST_CASE("a warm non-blocking all-reduce allocates its request only", "[reuse]") {
+  const int p = world_size(), r = world_rank();
+  bc_comm_t comm = nullptr;
+  REQUIRE(everywhere(bc_comm_create_with(MPI_COMM_WORLD, "BC_PROGRESS_THREAD=0", &comm) == BC_OK));
+  Case c{BC_FLOAT32, BC_SUM, 2, nullptr};
+  c.fill(r, p);
+  std::vector<float> input(static_cast<float *>(c.buf->data()), static_cast<float *>(c.buf->data()) + 2);
+  auto call = [&]() {
+    bc_request_t req = nullptr;
+    bc_status_t st = bc_iallreduce(input.data(), c.buf->data(), 2, BC_FLOAT32, BC_SUM, comm, &req);
+    return st == BC_OK ? bc_wait(&req) : st;
+  };
+  bc_status_t st = BC_OK;
+  for (int k = 0; k < 3 && st == BC_OK; ++k) st = call();
+  const uint64_t before = g_news.load();
+  for (int k = 0; k < 50 && st == BC_OK; ++k) st = call();
+  const uint64_t made = g_news.load() - before;
+  INFO(made << " allocation(s) in 50 calls on rank " << r << "; " << bc_last_error());
+  REQUIRE(everywhere(st == BC_OK && c.right(p)));
+  CHECK(everywhere(made <= 50));
   REQUIRE(bc_comm_destroy(&comm) == BC_OK);
 }
