@@ -108,7 +108,7 @@ const ParamDef kParamDefs[] = {
      "PMPI preload: 1 passes every call straight to the MPI library."},
     {ParamId::PmpiStats, "BC_PMPI_STATS", ParamType::String, "", nullptr, kParamAnyRange,
      "PMPI preload: at MPI_Finalize, write how many calls of each collective BlueConnect served "
-     "and how many it passed to MPI (and why) to this file; %r = world rank, %p = pid, '-' = stderr."},
+     "and how many it passed to MPI (and why) to this file; %r = world rank, %p = pid, '-' or '1' = stderr."},
     {ParamId::PmpiMinBytes, "BC_PMPI_MIN_BYTES", ParamType::Bytes, "0", nullptr, {0, kParamNoMax, nullptr},
      "PMPI preload: messages smaller than this go to the MPI library unchanged."},
     {ParamId::ShmMode, "BC_SHM_MODE", ParamType::Enum, "auto", "auto|cma|copy", kParamAnyRange,

@@ -494,7 +494,10 @@ void write_stats() {
   PMPI_Comm_rank(MPI_COMM_WORLD, &rank);
   PMPI_Comm_size(MPI_COMM_WORLD, &size);
   const std::string path = expand_path(g_stats_path, rank);
-  FILE *f = path == "-" ? stderr : std::fopen(path.c_str(), "w");
+  // "1" as well as "-": BC_PMPI_STATS=1 reads as "on", not as a file named 1
+  // that every rank overwrites (one was committed by mistake once).
+  const bool to_stderr = path == "-" || path == "1";
+  FILE *f = to_stderr ? stderr : std::fopen(path.c_str(), "w");
   if (!f) {
     BC_LOG(LogLevel::Error, LogSys::Pmpi, "BC_PMPI_STATS: cannot write %s: %s", path.c_str(),
            std::strerror(errno));

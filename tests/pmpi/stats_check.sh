@@ -9,7 +9,8 @@
 #   3. with BC_DISABLE=1: the same output, nothing served;
 #   4. with BC_DEBUG=PMPI and BC_DEBUG_FILE: the same output, the log in files;
 #   5. with an invalid BC_* value: the program still passes on MPI alone, and
-#      rank 0 alone says why (two lines on stderr).
+#      rank 0 alone says why (two lines on stderr);
+#   6. with BC_PMPI_STATS=1: the counts on stderr, no file named "1".
 #
 # Environment (set by tests/pmpi/meson.build): MPIRUN, MPIRUN_ARGS (space
 # separated), PRELOAD (libblueconnect_mpi.so), EXE (pmpi_check), WORKDIR.
@@ -122,6 +123,16 @@ if [ "$(grep -c '^BlueConnect: ' "$W/badparam.out")" != 2 ] ||
 fi
 if ls "$W"/badparam.[0-9]* > /dev/null 2>&1; then
   echo "FAIL: statistics were written although the parameters were invalid"
+  status=1
+fi
+
+# 6. BC_PMPI_STATS=1 means stderr, not a file named "1" in the working directory.
+mkdir -p "$W/one"
+run one -x "LD_PRELOAD=$PRELOAD" -x BC_PMPI_STATS=1 -wdir "$W/one"
+if [ -e "$W/one/1" ] || [ "$(grep -c '^# BlueConnect PMPI statistics: world rank' "$W/one.out")" != "$NP" ] ||
+   [ "$(grep -c '^MPI_Allreduce served ' "$W/one.out")" != "$NP" ]; then
+  echo "FAIL: with BC_PMPI_STATS=1 the run printed (and left: $(find "$W/one" -mindepth 1 -printf '%f ')):"
+  cat "$W/one.out"
   status=1
 fi
 
