@@ -35,12 +35,15 @@
 // the buckets advance alike on all ranks). BlueConnect takes a bucket when
 // its median is lower than MPI's by at least kMinWinSeconds; otherwise the
 // MPI library, which the program would have used without the preload, keeps
-// it. Why a margin: below a quarter microsecond a probe cannot rank the two.
-// At np 2 on one node (calls of 0.5-1.3 us) the medians put BlueConnect ahead
-// by 0.06-0.21 us in buckets where its loop then took 0.1-0.3 us longer than
-// Open MPI's, and each library's own loop moved by up to 30 % between runs
-// (2026-12-03). What it can give up is 0.25 us a call: under 5 % of any call
-// longer than 5 us, and BlueConnect's wins at np 2 from 512 B up are larger.
+// it. Why a margin: below a tenth of a microsecond a probe cannot rank the
+// two. It was a quarter while BlueConnect's calls allocated their operation:
+// at np 2 on one node the medians then put BlueConnect ahead by 0.06-0.21 us
+// where its loop took 0.1-0.3 us longer than Open MPI's. Without the
+// allocations its 8-byte loop there takes 0.40-0.54 us against Open MPI's
+// 0.48-0.99 and its probes lead by about 0.16 us, which the quarter gave to
+// MPI; with 0.1 us it served those buckets at 1.08-1.24 of Open MPI's loop
+// (docs/PMPI.md, 2026-12-03). What it can give up is 0.1 us a call: under
+// 5 % of any call longer than 2 us.
 //
 // A decision by less than kRecheckRatio is looked at twice: the bucket's
 // first kRecheckAfter calls after it follow it, then the probes run once more
@@ -77,7 +80,7 @@ class SizeRoute {
   static constexpr int64_t kRunBytes = 32 << 10;   // a sample carries about this many bytes, up to kRunMaxCalls calls
   static constexpr double kRecheckRatio = 2.0;  // a decision by less than this factor: a second look
   static constexpr int kRecheckAfter = 32;  // calls of the bucket between the two rounds
-  static constexpr double kMinWinSeconds = 0.25e-6;  // BlueConnect's median must be lower by this
+  static constexpr double kMinWinSeconds = 0.1e-6;  // BlueConnect's median must be lower by this
   // Calls of a bucket that are probes.
   static int probes(int bucket) { return 2 * (kWarmup + timed_per_library(bucket) * calls_per_sample(bucket)); }
   // Calls of a bucket before its route is final at the latest (a second look included).

@@ -78,9 +78,12 @@ TEST_CASE("SizeRoute: the agreed (slowest rank's) numbers decide; BlueConnect ne
   probe(&tie, 64, 50e-6, 50e-6, as_is());
   CHECK(tie.next(64, &timed) == Path::Mpi);
   SizeRoute close;
-  probe(&close, 8, 0.55e-6, 0.76e-6, as_is());  // np 2, 8 B: BlueConnect's loop was the slower one
+  probe(&close, 8, 0.55e-6, 0.55e-6 + 0.5 * SizeRoute::kMinWinSeconds, as_is());
   CHECK(close.next(8, &timed) == Path::Mpi);
-  // ... and a lead of at least kMinWinSeconds goes to BlueConnect, at any size.
+  // ... and a lead of at least kMinWinSeconds goes to BlueConnect, at any size:
+  SizeRoute tiny;
+  probe(&tiny, 8, 0.50e-6, 0.66e-6, as_is());  // np 2, 8 B, as measured once its calls stopped allocating
+  CHECK(tiny.next(8, &timed) == Path::Bc);
   SizeRoute clear;
   probe(&clear, 512, 0.9e-6, 1.2e-6, as_is());  // 0.3 us ahead
   CHECK(clear.next(512, &timed) == Path::Bc);
