@@ -140,7 +140,7 @@ Status Execution::reduce_in_member_order(const Step &st) {
 Status Execution::finish_step() {
   const Step &st = prog_->steps[step_];
   if (st.combine == Combine::Reduce) {
-    // Checked once, in the constructor; checked again only to report why.
+    // Checked once, in start(); checked again only to report why.
     if (reducer_status_ != BC_OK) return reducer_for(ctx_.dtype, ctx_.op, ctx_.mem, &reducer_);
     // In the order the plan lists them: a fixed order, so every run and every
     // rank combines each element the same way.

@@ -75,7 +75,7 @@ class Execution {
 
   const Program *prog_ = nullptr;
   ExecContext ctx_;
-  Reducer reducer_;          // ctx_'s (dtype, op, mem), checked once here
+  Reducer reducer_;          // ctx_'s (dtype, op, mem), checked once per start()
   Status reducer_status_;    // why reducer_ is unusable (the API checks first, so never in practice)
   unsigned char *work_ = nullptr;
   unsigned char *scratch_ = nullptr;
