@@ -15,7 +15,6 @@
 #include <climits>
 #include <chrono>
 #include <cstring>
-#include <deque>
 #include <list>
 #include <memory>
 
@@ -65,7 +64,9 @@ std::string mpi_error_text(int rc) {
 class MpiTransport final : public Transport {
  public:
   explicit MpiTransport(const TransportSetup &s)
-      : comm_(s.bootstrap), unmatched_(static_cast<size_t>(s.size)), dead_(static_cast<size_t>(s.size), 0) {}
+      : comm_(s.bootstrap), unmatched_(static_cast<size_t>(s.size)), dead_(static_cast<size_t>(s.size), 0) {
+    for (std::vector<Pending> &q : unmatched_) q.reserve(kReservedPerPeer);
+  }
   ~MpiTransport() override;
   Status init(const ParamSet &params) { return mpi_tags_fit("mpi", params); }
   const char *name() const override { return "mpi"; }
@@ -130,7 +131,11 @@ class MpiTransport final : public Transport {
   uint64_t next_ticket_ = 1;
   // Per peer, the receives not matched yet, in posting order. Receives with the
   // same tag match in this order, as MPI_Irecv would have matched them.
-  std::vector<std::deque<Pending>> unmatched_;
+  // Vectors: a few entries each, where a deque allocates a block every 32
+  // pushes once two or more wait (pipelined chunks); reserved, so that how
+  // many wait at once (timing) does not make them grow mid-run.
+  static constexpr size_t kReservedPerPeer = 16;
+  std::vector<std::vector<Pending>> unmatched_;
   std::list<Drain> drains_;
   std::vector<char> dead_;  // peer_died()
   // The cancels of one failure share one kCancelWaitMs window: MPI progress is
@@ -167,7 +172,7 @@ void MpiTransport::advance_drains() {
 }
 
 void MpiTransport::forget(int peer, uint64_t ticket) {
-  std::deque<Pending> &q = unmatched_[static_cast<size_t>(peer)];
+  std::vector<Pending> &q = unmatched_[static_cast<size_t>(peer)];
   for (auto it = q.begin(); it != q.end(); ++it)
     if (it->ticket == ticket) {
       q.erase(it);
@@ -180,7 +185,7 @@ void MpiTransport::forget(int peer, uint64_t ticket) {
 Status MpiTransport::match(TransportRequest *req, bool *matched) {
   MpiSlot *s = slot_of(req);
   *matched = false;
-  const std::deque<Pending> &q = unmatched_[static_cast<size_t>(req->peer)];
+  const std::vector<Pending> &q = unmatched_[static_cast<size_t>(req->peer)];
   for (const Pending &p : q) {
     if (p.mpi_tag != s->mpi_tag) continue;
     if (p.ticket != s->ticket) return BC_OK;  // an older receive takes the next such message
