@@ -63,7 +63,9 @@ void Execution::overwritten(const Range &r) {
     if (u.offset < both.offset) left.push_back(Range{u.offset, both.offset - u.offset});
     if (both.end() < u.end()) left.push_back(Range{both.end(), u.end() - both.end()});
   }
-  untouched_.swap(left);
+  // Copied, not swapped: a swap would hand untouched_ the other's capacity,
+  // possibly none, and the next start() would allocate again.
+  untouched_.assign(left.begin(), left.end());
 }
 
 void Execution::materialize(const Range &r) {

@@ -81,7 +81,7 @@ class Execution {
   unsigned char *scratch_ = nullptr;
   const unsigned char *input_ = nullptr;
   std::vector<Range> untouched_;  // disjoint, in no order
-  std::vector<Range> untouched_next_;  // overwritten()'s result, swapped in: no allocation per call
+  std::vector<Range> untouched_next_;  // overwritten()'s result, copied back: no allocation per call
   size_t elem_ = 0;
   uint32_t seq_bits_ = 0;
   size_t step_ = 0;

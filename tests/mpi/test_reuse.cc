@@ -106,25 +106,42 @@ TEST_CASE("a warm blocking all-reduce allocates nothing", "[reuse]") {
   const int p = world_size(), r = world_rank();
   bc_comm_t comm = nullptr;
   // Without the argument agreement (a debug build's default, BC_CHECK_ARGS):
-  // its MPI round allocates its own state per call.
-  REQUIRE(everywhere(bc_comm_create_with(MPI_COMM_WORLD, "BC_CHECK_ARGS=0", &comm) == BC_OK));
-  for (int64_t n : {int64_t{2}, int64_t{4099}}) {
-    Case small{BC_FLOAT32, BC_SUM, n, nullptr};
-    small.fill(r, p);
-    const size_t bytes = sizeof(float) * static_cast<size_t>(n);
-    std::vector<unsigned char> input(static_cast<unsigned char *>(small.buf->data()),
-                                     static_cast<unsigned char *>(small.buf->data()) + bytes);
-    bc_status_t st = BC_OK;
-    // Warm: the plan, the scratch and the operation are made by the first call.
-    for (int k = 0; k < 3 && st == BC_OK; ++k) st = bc_allreduce(input.data(), small.buf->data(), n, BC_FLOAT32, BC_SUM, comm);
-    const uint64_t before = g_news.load();
-    for (int k = 0; k < 50 && st == BC_OK; ++k) st = bc_allreduce(input.data(), small.buf->data(), n, BC_FLOAT32, BC_SUM, comm);
-    const uint64_t made = g_news.load() - before;
-    INFO("count " << n << ": " << made << " allocation(s) in 50 calls on rank " << r << "; " << bc_last_error());
-    REQUIRE(everywhere(st == BC_OK && small.right(p)));
-    CHECK(everywhere(made == 0));
+  // its MPI round allocates its own state per call. Whole: nothing at all.
+  // Pipelined (4 KiB chunks, 3 in flight, several receives per peer waiting
+  // at once): each slot's Execution sizes its vectors (6 allocations with the
+  // Execution itself) the first time it runs a chunk, and timing decides when
+  // that is (a slot whose chunk completes at once takes the next chunk too),
+  // so up to 3 x 6 may fall in the counted calls; never one per call (before
+  // the reuse: 5 Executions and their vectors per call).
+  struct Setting {
+    const char *options;
+    uint64_t most;
+  };
+  for (const Setting &set : {Setting{"BC_CHECK_ARGS=0", 0},
+                             Setting{"BC_CHECK_ARGS=0;BC_CHUNK=4K;BC_PIPELINE_DEPTH=3", 3 * 6}}) {
+    const char *options = set.options;
+    REQUIRE(everywhere(bc_comm_create_with(MPI_COMM_WORLD, options, &comm) == BC_OK));
+    for (int64_t n : {int64_t{2}, int64_t{4099}}) {
+      Case small{BC_FLOAT32, BC_SUM, n, nullptr};
+      small.fill(r, p);
+      const size_t bytes = sizeof(float) * static_cast<size_t>(n);
+      std::vector<unsigned char> input(static_cast<unsigned char *>(small.buf->data()),
+                                       static_cast<unsigned char *>(small.buf->data()) + bytes);
+      bc_status_t st = BC_OK;
+      // Warm: the plan, the scratch and the operation are made by the first call.
+      for (int k = 0; k < 3 && st == BC_OK; ++k)
+        st = bc_allreduce(input.data(), small.buf->data(), n, BC_FLOAT32, BC_SUM, comm);
+      const uint64_t before = g_news.load();
+      for (int k = 0; k < 50 && st == BC_OK; ++k)
+        st = bc_allreduce(input.data(), small.buf->data(), n, BC_FLOAT32, BC_SUM, comm);
+      const uint64_t made = g_news.load() - before;
+      INFO(options << ", count " << n << ": " << made << " allocation(s) in 50 calls on rank " << r << "; "
+                   << bc_last_error());
+      REQUIRE(everywhere(st == BC_OK && small.right(p)));
+      CHECK(everywhere(made <= set.most));
+    }
+    REQUIRE(bc_comm_destroy(&comm) == BC_OK);
   }
-  REQUIRE(bc_comm_destroy(&comm) == BC_OK);
 }
 
 // bc_iallreduce + bc_wait without a progress thread: the request is the one
