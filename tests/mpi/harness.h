@@ -189,6 +189,23 @@ struct Case {
     }
     return buf->guards_intact();
   }
+  // For an out-of-place call: the filled data moves to a new guarded buffer,
+  // returned as the input, and buf starts poisoned again.
+  std::unique_ptr<Guarded> take_input() {
+    std::unique_ptr<Guarded> in(new Guarded(buf->bytes()));
+    std::memcpy(in->data(), buf->data(), buf->bytes());
+    buf.reset(new Guarded(buf->bytes()));
+    return in;
+  }
 };
+
+// One in-place all-reduce (sum) of `count` elements of the exact data above
+// on `comm`, this rank r of p: true when it succeeds, every element is right
+// and the guard bytes are intact.
+inline bool allreduce_right(bc_comm_t comm, bc_dtype_t dtype, int64_t count, int r, int p) {
+  Case c{dtype, BC_SUM, count, nullptr};
+  c.fill(r, p);
+  return bc_allreduce(BC_IN_PLACE, c.buf->data(), count, dtype, BC_SUM, comm) == BC_OK && c.right(p);
+}
 
 }  // namespace bctest

@@ -55,13 +55,6 @@ bool test_until_done(bc_request_t *req) {
   return done && *req == nullptr;
 }
 
-// One blocking all-reduce on `comm`, checked.
-bool blocking_right(bc_comm_t comm, int64_t count, int r, int p) {
-  Case c{BC_INT64, BC_SUM, count, nullptr};
-  c.fill(r, p);
-  return bc_allreduce(BC_IN_PLACE, c.buf->data(), count, c.dtype, c.op, comm) == BC_OK && c.right(p);
-}
-
 }  // namespace
 
 TEST_CASE("progress thread: exact results, several in flight, mixed with blocking calls", "[progress]") {
@@ -81,9 +74,7 @@ TEST_CASE("progress thread: exact results, several in flight, mixed with blockin
       cases[i].fill(r, p);
       const void *send = BC_IN_PLACE;
       if (i % 2 == 1) {  // out of place: the input moves to `send`, the output starts poisoned
-        sends[i].reset(new Guarded(cases[i].buf->bytes()));
-        std::memcpy(sends[i]->data(), cases[i].buf->data(), cases[i].buf->bytes());
-        cases[i].buf.reset(new Guarded(cases[i].buf->bytes()));
+        sends[i] = cases[i].take_input();
         send = sends[i]->data();
       }
       ok = ok && bc_iallreduce(send, cases[i].buf->data(), counts[i], types[i], ops[i], comm, &reqs[i]) == BC_OK;
@@ -91,8 +82,8 @@ TEST_CASE("progress thread: exact results, several in flight, mixed with blockin
     INFO(options << ": " << bc_last_error());
     REQUIRE(everywhere(ok));
     // Blocking calls on the same communicator while those are in flight.
-    REQUIRE(everywhere(blocking_right(comm, 4099, r, p)));
-    REQUIRE(everywhere(blocking_right(comm, 7, r, p)));
+    REQUIRE(everywhere(allreduce_right(comm, BC_INT64, 4099, r, p)));
+    REQUIRE(everywhere(allreduce_right(comm, BC_INT64, 7, r, p)));
     // The even ones by polling, the odd ones by waiting.
     for (size_t i = 0; i < reqs.size(); i += 2) ok = ok && test_until_done(&reqs[i]);
     for (size_t i = 1; i < reqs.size(); i += 2) ok = ok && bc_wait(&reqs[i]) == BC_OK && reqs[i] == nullptr;
@@ -101,7 +92,7 @@ TEST_CASE("progress thread: exact results, several in flight, mixed with blockin
       INFO(bc_dtype_name(cases[i].dtype) << " " << bc_op_name(cases[i].op) << " count " << cases[i].count);
       REQUIRE(everywhere(cases[i].right(p) && (!sends[i] || sends[i]->guards_intact())));
     }
-    REQUIRE(everywhere(blocking_right(comm, 1009, r, p)));
+    REQUIRE(everywhere(allreduce_right(comm, BC_INT64, 1009, r, p)));
     REQUIRE(bc_comm_destroy(&comm) == BC_OK);
   }
 }

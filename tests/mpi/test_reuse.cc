@@ -20,15 +20,11 @@ namespace {
 // library's C++ code allocates through new.
 std::atomic<uint64_t> g_news{0};
 
-// An all-reduce of `c` (filled) out of place: the input is c's data, the
-// output c's buffer poisoned again. In place when `in_place`.
+// An all-reduce of `c` (filled), in place or out of place (Case::take_input).
 bc_status_t run(Case &c, bool in_place, bc_comm_t comm) {
   if (in_place) return bc_allreduce(BC_IN_PLACE, c.buf->data(), c.count, c.dtype, c.op, comm);
-  const size_t bytes = bc_dtype_size(c.dtype) * static_cast<size_t>(c.count);
-  std::vector<unsigned char> input(static_cast<unsigned char *>(c.buf->data()),
-                                   static_cast<unsigned char *>(c.buf->data()) + bytes);
-  std::memset(c.buf->data(), 0xCD, bytes);
-  return bc_allreduce(input.data(), c.buf->data(), c.count, c.dtype, c.op, comm);
+  const std::unique_ptr<Guarded> input = c.take_input();
+  return bc_allreduce(input->data(), c.buf->data(), c.count, c.dtype, c.op, comm);
 }
 
 }  // namespace
@@ -124,16 +120,14 @@ TEST_CASE("a warm blocking all-reduce allocates nothing", "[reuse]") {
     for (int64_t n : {int64_t{2}, int64_t{4099}}) {
       Case small{BC_FLOAT32, BC_SUM, n, nullptr};
       small.fill(r, p);
-      const size_t bytes = sizeof(float) * static_cast<size_t>(n);
-      std::vector<unsigned char> input(static_cast<unsigned char *>(small.buf->data()),
-                                       static_cast<unsigned char *>(small.buf->data()) + bytes);
+      const std::unique_ptr<Guarded> input = small.take_input();
       bc_status_t st = BC_OK;
       // Warm: the plan, the scratch and the operation are made by the first call.
       for (int k = 0; k < 3 && st == BC_OK; ++k)
-        st = bc_allreduce(input.data(), small.buf->data(), n, BC_FLOAT32, BC_SUM, comm);
+        st = bc_allreduce(input->data(), small.buf->data(), n, BC_FLOAT32, BC_SUM, comm);
       const uint64_t before = g_news.load();
       for (int k = 0; k < 50 && st == BC_OK; ++k)
-        st = bc_allreduce(input.data(), small.buf->data(), n, BC_FLOAT32, BC_SUM, comm);
+        st = bc_allreduce(input->data(), small.buf->data(), n, BC_FLOAT32, BC_SUM, comm);
       const uint64_t made = g_news.load() - before;
       INFO(options << ", count " << n << ": " << made << " allocation(s) in 50 calls on rank " << r << "; "
                    << bc_last_error());
@@ -152,10 +146,10 @@ TEST_CASE("a warm non-blocking all-reduce allocates its request only", "[reuse]"
   REQUIRE(everywhere(bc_comm_create_with(MPI_COMM_WORLD, "BC_PROGRESS_THREAD=0;BC_CHECK_ARGS=0", &comm) == BC_OK));
   Case c{BC_FLOAT32, BC_SUM, 2, nullptr};
   c.fill(r, p);
-  std::vector<float> input(static_cast<float *>(c.buf->data()), static_cast<float *>(c.buf->data()) + 2);
+  const std::unique_ptr<Guarded> input = c.take_input();
   auto call = [&]() {
     bc_request_t req = nullptr;
-    bc_status_t st = bc_iallreduce(input.data(), c.buf->data(), 2, BC_FLOAT32, BC_SUM, comm, &req);
+    bc_status_t st = bc_iallreduce(input->data(), c.buf->data(), 2, BC_FLOAT32, BC_SUM, comm, &req);
     return st == BC_OK ? bc_wait(&req) : st;
   };
   bc_status_t st = BC_OK;

@@ -49,9 +49,7 @@ bool exact_sum(bc_comm_t comm, MPI_Comm base) {
   int p = 0, r = 0;
   MPI_Comm_size(base, &p);
   MPI_Comm_rank(base, &r);
-  Case c{BC_INT32, BC_SUM, 1009, nullptr};
-  c.fill(r, p);
-  return bc_allreduce(BC_IN_PLACE, c.buf->data(), c.count, c.dtype, c.op, comm) == BC_OK && c.right(p);
+  return allreduce_right(comm, BC_INT32, 1009, r, p);
 }
 
 // Puts this process back on its CPUs however the test case leaves.
