@@ -245,5 +245,10 @@ Status refuse_if_broken(bc_comm *comm);
 // Checks a collective's arguments, takes `lock` and builds its started Operation (comm_start.cc).
 Status start(bc_comm *comm, const CollArgs &args, CommLock *lock, std::unique_ptr<Operation> *op_out,
              unsigned char **work_out, void **pooled_work_out = nullptr, bool agreed_before = false);
+// Finishes a done operation (its scratch back to the pool) and keeps it as the
+// communicator's idle one, unless one is kept already (comm_start.cc). Only
+// where nothing else can touch the communicator: under its lock, or with no
+// progress thread.
+void comm_keep_idle(bc_comm *comm, std::unique_ptr<Operation> *op);
 
 }  // namespace bc

@@ -160,6 +160,12 @@ Status start(bc_comm *c, const CollArgs &a, CommLock *lock, std::unique_ptr<Oper
   return BC_OK;
 }
 
+void comm_keep_idle(bc_comm *c, std::unique_ptr<Operation> *op) {
+  if (!*op || c->spare_op) return;
+  (*op)->finish();
+  c->spare_op = std::move(*op);
+}
+
 void comm_mark_broken_on(bc_comm *c, Status st) {
   if (c->broken || !(st == BC_ERR_TIMEOUT || st == BC_ERR_TRANSPORT || st == BC_ERR_MPI || st == BC_ERR_PEER_DEAD))
     return;
@@ -181,8 +187,7 @@ Status comm_run(bc_comm *c, const CollArgs &a) {
     st = op->wait();
     comm_mark_broken_on(c, st);
     if (st == BC_OK) c->last_stage_seconds = op->stage_seconds();
-    op->finish();  // gives its scratch back to the pool
-    c->spare_op = std::move(op);  // under the lock still
+    comm_keep_idle(c, &op);  // under the lock still
     if (st == BC_OK && a.kind == CollKind::ReduceScatter) {
       const size_t elem = bc_dtype_size(a.dtype);
       unsigned char *from = work + c->rank * a.count * elem;

@@ -223,10 +223,7 @@ Status request_progress(bc_request **reqp, bool block, bool *done) {
   if (st != BC_OK || finished) {
     // Without the thread nothing else touches the communicator meanwhile:
     // the operation becomes its idle one again (comm.h, spare_op).
-    if (req->op && !req->threaded && !req->comm->spare_op) {
-      req->op->finish();
-      req->comm->spare_op = std::move(req->op);
-    }
+    if (!req->threaded) comm_keep_idle(req->comm, &req->op);
     if (req->counted) --req->comm->inflight;
     auto &open = req->comm->open;
     open.erase(std::remove(open.begin(), open.end(), req), open.end());
