@@ -28,7 +28,7 @@ constexpr int kTimedBytes = 384 * 1024;
 // 35-42 %.
 constexpr double kSlowRatio = 0.55;
 constexpr double kMargin = 0.05;
-// Passes at most: two agreeing conclusive passes decide (docs/TOPOLOGY.md).
+// Passes at most (RackPasses says when fewer decide; docs/TOPOLOGY.md).
 constexpr int kMaxPasses = 4;
 constexpr char kKind[] = "racks";
 constexpr int kGroupTag = 0x6463;  // MPI_Comm_create_group's tag: "dc"
@@ -154,10 +154,10 @@ Status bcast_sleepy(std::vector<int> *msg, MPI_Comm comm) {
   }
 }
 
-// One pass over all rounds: measure, gather the rates at leader 0, classify
-// there (*c and *ev on leader 0 only). A leader whose measurement failed
-// sends zeros, which classify as "not measured".
-Status one_pass(MPI_Comm lc, int i, int n, RackClusters *c, std::string *ev) {
+// One pass over all rounds: measure, gather the rates at leader 0 (*flows
+// and *ev on leader 0 only). A leader whose measurement failed sends zeros,
+// which classify as "not measured".
+Status one_pass(MPI_Comm lc, int i, int n, std::vector<Flow> *flows, std::string *ev) {
   std::vector<double> mine, all;
   const bool ok = measure(lc, i, n, &mine) == BC_OK;
   if (!ok) clear_error();
@@ -167,14 +167,12 @@ Status one_pass(MPI_Comm lc, int i, int n, RackClusters *c, std::string *ev) {
   all.resize(static_cast<size_t>(n) * nr);
   BC_MPI_CHECK(MPI_Gather(mine.data(), nr, MPI_DOUBLE, all.data(), nr, MPI_DOUBLE, 0, lc));
   if (i != 0) return BC_OK;
-  std::vector<Flow> flows;
   const std::vector<int> rounds = discover_rounds(n);
   for (int j = 0; j < n; ++j)
     for (int r = 0; r < nr; ++r) {
       const int p = discover_partner(j, rounds[r], n);
-      if (p >= 0) flows.push_back({r, p, j, all[static_cast<size_t>(j) * nr + r]});
+      if (p >= 0) flows->push_back({r, p, j, all[static_cast<size_t>(j) * nr + r]});
     }
-  *c = rack_clusters(n, flows, kSlowRatio, kMargin);
   *ev = evidence(n, all);
   return BC_OK;
 }
@@ -229,46 +227,29 @@ Status discover_racks(MPI_Comm comm, const ParamSet &params, const std::vector<i
       BC_MPI_CHECK(rc);
     }
     if (leader) {
-      // Passes until two conclusive ones agree (the same racks, or both one
-      // rack), at most kMaxPasses: a stall of the host during one round (all
-      // of its flows at 15 Mbit/s once, under load 12) must not become a
-      // level, nor hide one. A pass whose data are inconclusive (a pair in
-      // the uncertain band, inconsistent) is no vote for "flat": it was
-      // counted as one until a busy host's two such passes hid racks of 3+1.
+      // Passes until the conclusive ones decide (RackPasses: 3 agreeing
+      // votes for racks, 2 for one rack, and all passes' flows together
+      // classifying the same), at most kMaxPasses: a stall of the host
+      // during one round (all of its flows at 15 Mbit/s once, under load 12)
+      // must not become a level, nor hide one. A pass whose data are
+      // inconclusive (a pair in the uncertain band, inconsistent) is no vote
+      // for "flat": it was counted as one until a busy host's two such
+      // passes hid racks of 3+1.
       int i = 0;
       BC_MPI_CHECK(MPI_Comm_rank(lc, &i));
       const double tm = now_s();
-      RackClusters c;
+      RackPasses passes(n, kMaxPasses, kSlowRatio, kMargin);
       std::string ev;
-      std::vector<std::vector<int>> votes;  // the conclusive passes' racks (empty: one rack)
       Status st = BC_OK;
-      int passes = 0;
-      for (int more = 1; passes < kMaxPasses && more && st == BC_OK;) {
-        RackClusters p;
+      for (int more = 1; more && st == BC_OK;) {
+        std::vector<Flow> flows;
         std::string e;
-        st = one_pass(lc, i, n, &p, &e);
-        ev += (passes ? "; pass " + std::to_string(passes + 1) + " " : "") + e;
-        ++passes;
-        if (i == 0) {
-          bool agreed = false;
-          if (p.conclusive) {
-            const std::vector<int> vote = p.found ? p.rack_of : std::vector<int>();
-            for (const auto &v : votes) agreed = agreed || v == vote;
-            votes.push_back(vote);
-          }
-          // Whether two votes can still agree within the passes left.
-          const int left = kMaxPasses - passes;
-          more = !agreed && left >= (votes.empty() ? 2 : 1) ? 1 : 0;
-          c = p;
-          if (!agreed) {
-            c.found = c.conclusive = false;
-            c.why = "no two of " + std::to_string(passes) + " passes agree (" + std::to_string(votes.size()) +
-                    " conclusive; the last: " + (p.found ? std::string("racks") : p.why) + ")";
-          }
-        }
-        if (st == BC_OK && passes < kMaxPasses)
-          st = MPI_Bcast(&more, 1, MPI_INT, 0, lc) == MPI_SUCCESS ? BC_OK : BC_ERR_MPI;
+        st = one_pass(lc, i, n, &flows, &e);
+        ev += (ev.empty() ? "" : "; pass " + std::to_string(passes.passes() + 1) + " ") + e;
+        if (i == 0) more = passes.add(flows) ? 0 : 1;
+        if (st == BC_OK) st = MPI_Bcast(&more, 1, MPI_INT, 0, lc) == MPI_SUCCESS ? BC_OK : BC_ERR_MPI;
       }
+      const RackClusters &c = passes.result();
       const double measure_ms = (now_s() - tm) * 1e3;
       MPI_Comm_free(&lc);
       BC_CHECK(st);

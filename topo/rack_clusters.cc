@@ -127,4 +127,38 @@ RackClusters rack_clusters(int n, const std::vector<Flow> &flows, double slow_ra
   return out;
 }
 
+bool RackPasses::add(const std::vector<Flow> &flows) {
+  ++passes_;
+  const RackClusters pass = rack_clusters(n_, flows, slow_ratio_, margin_);
+  if (pass.conclusive) {
+    const std::vector<int> vote = pass.found ? pass.rack_of : std::vector<int>();
+    auto it = std::find_if(votes_.begin(), votes_.end(), [&](const auto &v) { return v.first == vote; });
+    if (it == votes_.end()) votes_.emplace_back(vote, 0), it = votes_.end() - 1;
+    ++it->second;
+  }
+  all_.insert(all_.end(), flows.begin(), flows.end());
+  const RackClusters together = rack_clusters(n_, all_, slow_ratio_, margin_);
+  const std::vector<int> together_vote = together.found ? together.rack_of : std::vector<int>();
+  const auto need = [](const std::vector<int> &v) { return v.empty() ? kVotesForOneRack : kVotesForRacks; };
+  const int left = max_passes_ - passes_;
+  bool possible = left >= kVotesForOneRack;  // a verdict nobody voted for yet
+  std::string tally;
+  for (const auto &v : votes_) {
+    if (v.second >= need(v.first) && together.conclusive && together_vote == v.first) {
+      result_ = together;
+      result_.why += " (" + std::to_string(v.second) + " of " + std::to_string(passes_) + " passes agree)";
+      return true;
+    }
+    possible = possible || need(v.first) - v.second <= left;
+    tally += (tally.empty() ? "" : ", ") + std::to_string(v.second) + " for " +
+             (v.first.empty() ? std::string("one rack") : "racks");
+  }
+  result_ = pass;
+  result_.found = result_.conclusive = false;
+  result_.why = "no verdict after " + std::to_string(passes_) + " pass(es) (" + (tally.empty() ? "no votes" : tally) +
+                "; all passes together: " + (together.found ? std::string("racks") : together.why) +
+                "; the last: " + (pass.found ? std::string("racks") : pass.why) + ")";
+  return !possible || left <= 0;
+}
+
 }  // namespace bc

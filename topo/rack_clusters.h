@@ -12,6 +12,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace bc {
@@ -53,5 +54,39 @@ struct RackClusters {
 // uncertain band within `margin` (relative) of the threshold. Deterministic:
 // every leader computes the same.
 RackClusters rack_clusters(int n, const std::vector<Flow> &flows, double slow_ratio = 0.55, double margin = 0.05);
+
+// The passes of one discovery and when they decide (docs/TOPOLOGY.md). Each
+// pass is classified alone; a conclusive one votes for its racks, or for one
+// rack. Noise only ever lowers a rate (a late process, a starved host), so
+// one fast reading proves a pair fast and no number of slow ones proves it
+// slow: a rack level, which rests on slow pairs, needs kVotesForRacks
+// agreeing votes, one rack kVotesForOneRack, and the flows of all passes
+// together (each direction its best) must classify the same, so that a pass
+// that read a pair fast overrules the votes that read it slow. Two passes in
+// a row that read one pair inside a rack slow (a starved host on CI) made a
+// wrong rack level when two votes decided either way.
+class RackPasses {
+ public:
+  static constexpr int kVotesForRacks = 3;
+  static constexpr int kVotesForOneRack = 2;
+
+  RackPasses(int n, int max_passes, double slow_ratio = 0.55, double margin = 0.05)
+      : n_(n), max_passes_(max_passes), slow_ratio_(slow_ratio), margin_(margin) {}
+  // Adds one pass's flows. True when the passes are over: decided, or no
+  // verdict can reach its votes in the passes left.
+  bool add(const std::vector<Flow> &flows);
+  // After the last add(): found or conclusive only when decided; `why` says
+  // how, or why not.
+  const RackClusters &result() const { return result_; }
+  int passes() const { return passes_; }
+
+ private:
+  int n_, max_passes_;
+  double slow_ratio_, margin_;
+  int passes_ = 0;
+  std::vector<Flow> all_;                               // every pass's flows
+  std::vector<std::pair<std::vector<int>, int>> votes_;  // racks (empty: one rack), how many passes
+  RackClusters result_;
+};
 
 }  // namespace bc
