@@ -29,7 +29,7 @@ constexpr int kTimedBytes = 384 * 1024;
 constexpr double kSlowRatio = 0.55;
 constexpr double kMargin = 0.05;
 // Passes at most (RackPasses says when fewer decide; docs/TOPOLOGY.md).
-constexpr int kMaxPasses = 4;
+constexpr int kMaxPasses = 6;
 constexpr char kKind[] = "racks";
 constexpr int kGroupTag = 0x6463;  // MPI_Comm_create_group's tag: "dc"
 

@@ -62,7 +62,7 @@ const ParamDef kParamDefs[] = {
      "Discover a rack level above the nodes by measurement when nothing else gives one (no BC_TOPO, "
      "BC_TOPO_FILE, BC_TOPO_ADDR or Slurm address) and the communicator spans at least 3 nodes: one "
      "rank per node times concurrent exchanges of 512 KiB with other nodes in log2(nodes) rounds, "
-     "repeated until conclusive passes agree (3 for racks, 2 for none; at most 4), and nodes whose flows stay fast form a rack (docs/TOPOLOGY.md; "
+     "repeated until conclusive passes agree (3 for racks, 2 for none; at most 6), and nodes whose flows stay fast form a rack (docs/TOPOLOGY.md; "
      "0.1-0.6 s on 4 simulated nodes at 250 Mbit/s); never a level the measurement does not support. auto: measure once per set of hosts; the result, rack level or none, is kept "
      "for later communicators of the process and in the per-user cache (racks-HASH.txt in "
      "BC_CACHE_DIR, keyed by the nodes' hosts in rank order, ignored after BC_MODEL_CACHE_AGE) for "

@@ -210,6 +210,17 @@ TEST_CASE("passes: a pair read slow twice is no level while another pass read it
   REQUIRE_FALSE(p.result().conclusive);
   REQUIRE(p.result().why.find("no verdict after 4 pass(es)") != std::string::npos);
   REQUIRE(p.result().why.find("3 for racks, 1 for racks") != std::string::npos);
+  // With 6 passes (discovery's), the same start still ends in the truth.
+  RackPasses six(4, 6);
+  REQUIRE_FALSE(six.add(starved_pair(1)));
+  REQUIRE_FALSE(six.add(starved_pair(2)));
+  REQUIRE_FALSE(six.add(simulate(truth, 31e6, 12.5e6, 0.05, 3)));
+  REQUIRE_FALSE(six.add(starved_pair(4)));
+  REQUIRE_FALSE(six.add(simulate(truth, 31e6, 12.5e6, 0.05, 5)));
+  REQUIRE(six.add(simulate(truth, 31e6, 12.5e6, 0.05, 6)));
+  REQUIRE(six.result().found);
+  REQUIRE(six.result().rack_of == truth);
+  REQUIRE(six.result().why.find("3 of 6 passes agree") != std::string::npos);
   // One starved pass among four: the truth, from the other three.
   RackPasses q(4, 4);
   REQUIRE_FALSE(q.add(starved_pair(5)));
