@@ -108,7 +108,9 @@ const ParamDef kParamDefs[] = {
      "PMPI preload: 1 passes every call straight to the MPI library."},
     {ParamId::PmpiStats, "BC_PMPI_STATS", ParamType::String, "", nullptr, kParamAnyRange,
      "PMPI preload: at MPI_Finalize, write how many calls of each collective BlueConnect served "
-     "and how many it passed to MPI (and why) to this file; %r = world rank, %p = pid, '-' or '1' = stderr."},
+     "and how many it passed to MPI (and why) to this file; %r = world rank, %p = pid, %h = host, '-' or '1' = stderr. "
+     "A path without %r or %p in a job of more than one rank gets .RANK appended, so that ranks never overwrite "
+     "each other's file."},
     {ParamId::PmpiMinBytes, "BC_PMPI_MIN_BYTES", ParamType::Bytes, "0", nullptr, {0, kParamNoMax, nullptr},
      "PMPI preload: messages smaller than this go to the MPI library unchanged."},
     {ParamId::ShmMode, "BC_SHM_MODE", ParamType::Enum, "auto", "auto|cma|copy", kParamAnyRange,
@@ -216,7 +218,7 @@ const ParamDef kParamDefs[] = {
      "then the same through the MPI library, each back to back; 1 and 3 from 1 MiB up; a sample "
      "is a run of 8 calls up to 4 KiB, 4 at 8 KiB, 2 at 16 KiB, 1 call from 32 KiB), then one "
      "small PMPI_Allreduce agrees on the slowest rank's per-call medians, and BlueConnect takes the bucket when its median is lower "
-     "by at least 0.25 us, the MPI library otherwise (docs/PMPI.md; BC_PMPI_STATS lists each bucket's route and times). MPI_Iallreduce "
+     "by at least 0.1 us, the MPI library otherwise (docs/PMPI.md; BC_PMPI_STATS lists each bucket's route and times). MPI_Iallreduce "
      "follows a bucket's decision and goes to BlueConnect while it is learned. bc = every call "
      "BlueConnect can serve goes to BlueConnect."},
     {ParamId::Liveness, "BC_LIVENESS", ParamType::Enum, "auto", "auto|net|off", kParamAnyRange,

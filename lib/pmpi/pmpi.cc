@@ -493,10 +493,16 @@ void write_stats() {
   int rank = 0, size = 1;
   PMPI_Comm_rank(MPI_COMM_WORLD, &rank);
   PMPI_Comm_size(MPI_COMM_WORLD, &size);
-  const std::string path = expand_path(g_stats_path, rank);
+  std::string path = expand_path(g_stats_path, rank);
   // "1" as well as "-": BC_PMPI_STATS=1 reads as "on", not as a file named 1
   // that every rank overwrites (one was committed by mistake once).
   const bool to_stderr = path == "-" || path == "1";
+  // A path without %r or %p names one file for the whole job: every rank
+  // would truncate and rewrite it, leaving one rank's counts (or a mix).
+  // Each rank gets its own, PATH.RANK, as the parameter says.
+  if (!to_stderr && size > 1 && g_stats_path.find("%r") == std::string::npos &&
+      g_stats_path.find("%p") == std::string::npos)
+    path += "." + std::to_string(rank);
   FILE *f = to_stderr ? stderr : std::fopen(path.c_str(), "w");
   if (!f) {
     BC_LOG(LogLevel::Error, LogSys::Pmpi, "BC_PMPI_STATS: cannot write %s: %s", path.c_str(),

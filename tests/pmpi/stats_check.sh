@@ -10,7 +10,8 @@
 #   4. with BC_DEBUG=PMPI and BC_DEBUG_FILE: the same output, the log in files;
 #   5. with an invalid BC_* value: the program still passes on MPI alone, and
 #      rank 0 alone says why (two lines on stderr);
-#   6. with BC_PMPI_STATS=1: the counts on stderr, no file named "1".
+#   6. with BC_PMPI_STATS=1: the counts on stderr, no file named "1";
+#   7. with a path without %r: one file per rank, PATH.RANK, none named PATH.
 #
 # Environment (set by tests/pmpi/meson.build): MPIRUN, MPIRUN_ARGS (space
 # separated), PRELOAD (libblueconnect_mpi.so), EXE (pmpi_check), WORKDIR.
@@ -135,6 +136,21 @@ if [ -e "$W/one/1" ] || [ "$(grep -c '^# BlueConnect PMPI statistics: world rank
   cat "$W/one.out"
   status=1
 fi
+
+# 7. A path without %r or %p: PATH.RANK, one per rank, rather than one file
+#    that every rank truncates and rewrites.
+run shared -x "LD_PRELOAD=$PRELOAD" -x "BC_PMPI_STATS=$W/shared"
+if [ -e "$W/shared" ]; then
+  echo "FAIL: BC_PMPI_STATS=$W/shared wrote one file for all ranks"
+  status=1
+fi
+for ((r = 0; r < NP; ++r)); do
+  if ! grep -q "^# BlueConnect PMPI statistics: world rank $r of $NP," "$W/shared.$r" 2> /dev/null ||
+     ! grep -q '^MPI_Allreduce served ' "$W/shared.$r"; then
+    echo "FAIL: BC_PMPI_STATS without %r: no statistics of rank $r in $W/shared.$r"
+    status=1
+  fi
+done
 
 [ $status -eq 0 ] && echo "stats_check: interception counted, output unchanged, BC_DISABLE and BC_DEBUG honoured"
 exit $status
