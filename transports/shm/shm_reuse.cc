@@ -40,7 +40,8 @@ std::deque<std::unique_ptr<shm::ShmTransport>> *g_idle = new std::deque<std::uni
 
 // What a transport was made for: the members as ranks of MPI_COMM_WORLD, in
 // communicator order, the node map and the settings that shape the setup.
-// Local: no communication.
+// Not BC_SPIN_COUNT: a transport never waits (transports/transport.h), the
+// communicator's own waiter does. Local: no communication.
 Status reuse_key(const TransportSetup &setup, uint64_t *key) {
   MPI_Group group = MPI_GROUP_NULL, world = MPI_GROUP_NULL;
   BC_MPI_CHECK(MPI_Comm_group(setup.bootstrap, &group));
@@ -56,8 +57,7 @@ Status reuse_key(const TransportSetup &setup, uint64_t *key) {
   text += "/";
   for (int64_t n : setup.node_of) text += std::to_string(n) + ",";
   text += "/" + setup.params->get_str(ParamId::ShmMode) + "/" + std::to_string(setup.params->get_int(ParamId::ShmChunk)) +
-          "/" + std::to_string(setup.params->get_int(ParamId::ShmEager)) + "/" +
-          std::to_string(setup.params->get_int(ParamId::SpinCount)) + "/" + std::to_string(setup.rank);
+          "/" + std::to_string(setup.params->get_int(ParamId::ShmEager)) + "/" + std::to_string(setup.rank);
   *key = fnv1a(text);
   return BC_OK;
 }
