@@ -8,9 +8,11 @@
 
 #include <mpi.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -153,9 +155,13 @@ inline int64_t expected_value(bc_op_t op, bc_dtype_t t, int p, int64_t i) {
 class Guarded {
  public:
   static constexpr size_t kGuard = 64;
+  // The largest buffer: its guards must still fit in an object. Checked, so
+  // that a negative count turned size_t cannot wrap bytes + 2 * kGuard (GCC
+  // warned of that path's memset, -Wstringop-overflow).
+  static constexpr size_t kMaxBytes = static_cast<size_t>(PTRDIFF_MAX) - 2 * kGuard;
   explicit Guarded(size_t bytes, unsigned char poison = 0xCD)
-      : bytes_(bytes), mem_(bytes + 2 * kGuard, 0xA5) {
-    std::memset(data(), poison, bytes);
+      : bytes_(fits(bytes)), mem_(bytes_ + 2 * kGuard, 0xA5) {
+    std::memset(data(), poison, bytes_);
   }
   void *data() { return mem_.data() + kGuard; }
   size_t bytes() const { return bytes_; }
@@ -166,6 +172,11 @@ class Guarded {
   }
 
  private:
+  static size_t fits(size_t bytes) {
+    if (bytes > kMaxBytes) throw std::length_error("Guarded: " + std::to_string(bytes) + " bytes is too large");
+    return bytes;
+  }
+
   size_t bytes_;
   std::vector<unsigned char> mem_;
 };
