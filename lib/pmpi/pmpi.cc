@@ -661,7 +661,9 @@ SizeRoute::Agree agree_on(MPI_Comm comm) {
 // Why: a call the route gives to MPI is a tiny one (0.3-0.9 us at np 2 on one
 // node), and the checks cost 20-30 ns of it at np 1, 0.89-0.95 of Open MPI's
 // loop at np 2. Valid while no communicator state was deleted since
-// (g_comm_generation), the preload is still up, and the buffers are host memory.
+// (g_comm_generation), the preload is still up, the buffers are host memory,
+// and the bucket stays settled on MPI (SizeRoute::count_final refuses the call
+// that a late look is due at, and every call once the route went elsewhere).
 // No member initialisers: MPI_COMM_NULL and the like are addresses in Open
 // MPI, so they would make the thread-local dynamically initialised, with a
 // guard behind __tls_get_addr on every access. Zero: state null, not valid.
@@ -686,7 +688,7 @@ bool pass_by_memo(const void *sendbuf, void *recvbuf, int count, MPI_Datatype dt
   const int64_t bytes = count * m.type_size;
   if (bytes < g_min_bytes || SizeRoute::bucket_of(bytes) != m.bucket) return false;
   if (on_device(sendbuf) || on_device(recvbuf)) return false;
-  m.state->route.count_final(bytes, Path::Mpi);
+  if (!m.state->route.count_final(bytes, Path::Mpi)) return false;  // a look is due, or the route changed
   ++m.state->memo_passes;  // into passed:learned when the state goes, not a locked add per call
   return true;
 }

@@ -15,10 +15,10 @@ double median(const double *v, int n) {
 }
 
 // Where in bucket b's probe sequence its call `k` falls: BlueConnect's half
-// first in round 0, MPI's first in round 1.
-Path probe_path(int b, int k, int round) {
+// first, but for a close call's second look.
+Path probe_path(int b, int k, bool mpi_first) {
   const bool first_half = k < SizeRoute::probes(b) / 2;
-  return first_half == (round == 0) ? Path::Bc : Path::Mpi;
+  return first_half != mpi_first ? Path::Bc : Path::Mpi;
 }
 bool probe_timed(int b, int k) { return k % (SizeRoute::probes(b) / 2) >= SizeRoute::kWarmup; }
 
@@ -28,14 +28,15 @@ Path SizeRoute::next(int64_t bytes, bool *timed) {
   const int i = bucket_of(bytes);
   Bucket &b = buckets_[i];
   *timed = false;
-  if (b.decided && b.close && b.round == 0 && ++b.since > kRecheckAfter) {
-    b.decided = false;  // the second look at a close call
-    b.round = 1;
-    b.calls = 0;
+  if (second_look_pending(b)) {
+    if (++b.since > kRecheckAfter) start_look(&b, true);
+  } else if (late_look_due(b)) {
+    ++b.late;
+    start_look(&b, false);
   }
   Path p = b.path;
   if (!b.decided) {
-    p = probe_path(i, b.calls, b.round);
+    p = probe_path(i, b.calls, b.mpi_first);
     *timed = probe_timed(i, b.calls);
     if (!*timed) ++b.calls;  // a warm-up call counts now; a timed one when it is recorded
   }
@@ -46,7 +47,7 @@ Path SizeRoute::next(int64_t bytes, bool *timed) {
 void SizeRoute::record(int64_t bytes, Path path, double seconds, const Agree &agree) {
   const int i = bucket_of(bytes);
   Bucket &b = buckets_[i];
-  if (b.decided || probe_path(i, b.calls, b.round) != path || !probe_timed(i, b.calls))
+  if (b.decided || probe_path(i, b.calls, b.mpi_first) != path || !probe_timed(i, b.calls))
     return;  // not the probe asked for
   const int run = calls_per_sample(i);
   const int call = b.calls % (probes(i) / 2) - kWarmup;  // among this library's timed calls
@@ -56,18 +57,20 @@ void SizeRoute::record(int64_t bytes, Path path, double seconds, const Agree &ag
   const int n = timed_per_library(i);
   double bc = median(b.bc, n) / run, mpi = median(b.mpi, n) / run;
   b.decided = true;
-  b.close = false;
-  if (!agree(&bc, &mpi)) {  // stays with BlueConnect, for good
+  if (!agree(&bc, &mpi)) {  // stays with BlueConnect, for good: no look follows
     b.path = Path::Bc;
     b.bc_median = b.mpi_median = 0;
+    b.close = false;
+    b.late = kLateLooks;
     return;
   }
-  if (b.round == 1) {
+  if (b.looks > 0) {
     bc = std::min(bc, b.bc_median);
     mpi = std::min(mpi, b.mpi_median);
   } else {
     b.close = std::max(bc, mpi) < kRecheckRatio * std::min(bc, mpi);
   }
+  ++b.looks;
   b.bc_median = bc;
   b.mpi_median = mpi;
   b.path = bc + kMinWinSeconds <= mpi ? Path::Bc : Path::Mpi;
@@ -75,14 +78,14 @@ void SizeRoute::record(int64_t bytes, Path path, double seconds, const Agree &ag
 
 bool SizeRoute::final_route(int64_t bytes, Path *path) const {
   const Bucket &b = buckets_[bucket_of(bytes)];
-  if (!b.decided || (b.close && b.round == 0)) return false;
+  if (!settled(b)) return false;
   *path = b.path;
   return true;
 }
 
 Path SizeRoute::unprobed(int64_t bytes) {
   Bucket &b = buckets_[bucket_of(bytes)];
-  const Path p = b.decided ? b.path : Path::Bc;
+  const Path p = b.path;  // BlueConnect until the first decision; the latest one during a later look
   ++b.served[static_cast<int>(p)];
   return p;
 }
@@ -96,15 +99,18 @@ std::string SizeRoute::describe() const {
     const long long lo = i == 0 ? 0 : 1LL << i, hi = (1LL << (i + 1)) - 1;
     int n = std::snprintf(line, sizeof line, "bytes %lld-%lld: blueconnect %llu, mpi %llu; ", lo, hi,
                           static_cast<unsigned long long>(b.served[0]), static_cast<unsigned long long>(b.served[1]));
+    char looks[40] = "";
+    if (b.looks == 2) std::snprintf(looks, sizeof looks, ", lower of two looks");
+    if (b.looks > 2) std::snprintf(looks, sizeof looks, ", lowest of %d looks", b.looks);
     if (!b.decided)
       std::snprintf(line + n, sizeof line - n, "learning (%d of %d probes%s)", b.calls, probes(i),
-                    b.round ? ", second look" : "");
+                    b.looks == 0 ? "" : b.mpi_first ? ", second look" : ", a late look");
     else if (b.bc_median == 0 && b.mpi_median == 0)
       std::snprintf(line + n, sizeof line - n, "blueconnect (the agreement failed)");
     else
       std::snprintf(line + n, sizeof line - n, "%s (slowest rank's median%s: blueconnect %.2f us, mpi %.2f us)%s",
-                    b.path == Path::Bc ? "blueconnect" : "mpi", b.round ? ", lower of two looks" : "",
-                    b.bc_median * 1e6, b.mpi_median * 1e6, b.close ? "; close: a second look follows" : "");
+                    b.path == Path::Bc ? "blueconnect" : "mpi", looks, b.bc_median * 1e6, b.mpi_median * 1e6,
+                    second_look_pending(b) ? "; close: a second look follows" : "");
     out += line;
     out += '\n';
   }

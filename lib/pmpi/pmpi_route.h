@@ -47,17 +47,30 @@
 //
 // A decision by less than kRecheckRatio is looked at twice: the bucket's
 // first kRecheckAfter calls after it follow it, then the probes run once more
-// with MPI first, and each library's lower median of the two looks decides
-// for good. Why: the library probed first pays the first touches of new
+// with MPI first. Why: the library probed first pays the first touches of new
 // buffers and of its own scratch; at np 4 on 2 cores one look sent 2 MiB to
 // MPI (medians 2.49 against 2.40 ms) and another 1 MiB (1.75 against
 // 1.03 ms) where BlueConnect's loops take 1.0 and 0.6 ms, MPI's 1.2 and
-// 0.7 ms. Noise only ever adds time, so the lower median is the better
-// estimate. The cost, once per bucket of a program that makes more than
+// 0.7 ms. The cost, once per bucket of a program that makes more than
 // kRecheckAfter calls of it: at most probes(bucket) / 2 calls of the slower
 // library (73 up to 4 KiB, 10 from 32 KiB to 1 MiB, 4 above), each under
-// kRecheckRatio times the faster's. The learner itself is plain data:
-// `agree` is injected, so a unit test drives it without MPI.
+// kRecheckRatio times the faster's.
+//
+// Every decision is looked at again late, at the bucket's kLateLookCalls[i]-th
+// calls (BlueConnect first), whether it was close or not. Why: a job's first
+// calls run in its start-up conditions, which pass. At np 2 with unbound
+// ranks (mpirun --bind-to none), two ranks that have just blocked (at launch,
+// or after a sleep) often share one CPU for their first 1 000-4 000 calls
+// (10-30 ms): both libraries' 4-byte calls then take 6-10 us instead of 0.9
+// (BlueConnect) and 1.4 (Open MPI), and the first bucket went to MPI in 2 of
+// 6 jobs, where BlueConnect's loop is 1.7x faster (2026-12-04). After each
+// look, each library's lowest median of all looks decides: noise and
+// start-up only ever add time, so the lowest is the best estimate. A late
+// look costs the same half a bucket's probes of the slower library; at the
+// 4096th call that is under 2 % of the bucket's calls so far, at the 65536th
+// 0.1 %. The counts are calls, never times, so every rank looks at the same
+// call. The learner itself is plain data: `agree` is injected, so a unit
+// test drives it without MPI.
 #pragma once
 
 #include <cstdint>
@@ -79,11 +92,14 @@ class SizeRoute {
   static constexpr int kRunMaxCalls = 8;           // calls in one sample, for the smallest sizes
   static constexpr int64_t kRunBytes = 32 << 10;   // a sample carries about this many bytes, up to kRunMaxCalls calls
   static constexpr double kRecheckRatio = 2.0;  // a decision by less than this factor: a second look
-  static constexpr int kRecheckAfter = 32;  // calls of the bucket between the two rounds
+  static constexpr int kRecheckAfter = 32;  // calls of the bucket between a close call's two looks
   static constexpr double kMinWinSeconds = 0.1e-6;  // BlueConnect's median must be lower by this
+  static constexpr int kLateLooks = 2;
+  static constexpr uint64_t kLateLookCalls[kLateLooks] = {4096, 65536};  // the bucket's calls, probes included
   // Calls of a bucket that are probes.
   static int probes(int bucket) { return 2 * (kWarmup + timed_per_library(bucket) * calls_per_sample(bucket)); }
-  // Calls of a bucket before its route is final at the latest (a second look included).
+  // Calls of a bucket before its first decision is final at the latest (a second look included; the late looks
+  // come after).
   static int learning_calls(int bucket) { return 2 * probes(bucket) + kRecheckAfter; }
   static int timed_per_library(int bucket) { return (int64_t{1} << bucket) >= kLargeBytes ? kTimedLarge : kTimedSmall; }
   // Calls timed together as one sample: kRunBytes / the bucket's smallest size, within 1..kRunMaxCalls.
@@ -109,30 +125,53 @@ class SizeRoute {
   // probe, runs `agree` (collective) and decides the bucket.
   void record(int64_t bytes, Path path, double seconds, const Agree &agree);
   // The route of a call that is not probed (MPI_Iallreduce): the bucket's
-  // decision, or BlueConnect while it is still being learned.
+  // latest decision (also while a later look runs), or BlueConnect before
+  // its first.
   Path unprobed(int64_t bytes);
-  // Whether the bucket of `bytes` is decided for good (no probe and no second
-  // look to come), and for which library: a caller may then route later calls
-  // of the bucket itself and count each with count_final().
+  // Whether the bucket of `bytes` is decided until its next look (no probe
+  // running and none due at this call), and for which library: a caller may
+  // then route later calls of the bucket itself and count each with
+  // count_final(), which refuses (false, nothing counted) once a look is due
+  // or the bucket went to the other library: that call must go through next().
   bool final_route(int64_t bytes, Path *path) const;
-  void count_final(int64_t bytes, Path path) { ++buckets_[bucket_of(bytes)].served[static_cast<int>(path)]; }
+  bool count_final(int64_t bytes, Path path) {
+    Bucket &b = buckets_[bucket_of(bytes)];
+    if (!settled(b) || b.path != path) return false;
+    ++b.served[static_cast<int>(path)];
+    return true;
+  }
 
   // For BC_PMPI_STATS: one line per bucket that saw calls.
   std::string describe() const;
 
  private:
   struct Bucket {
-    int calls = 0;  // probes of this round so far (stops at probes(bucket))
-    int round = 0;  // 0: BlueConnect probed first; 1: the second look, MPI first
-    int since = 0;  // calls since a close decision of round 0, toward kRecheckAfter
-    bool close = false;  // round 0's medians were within kRecheckRatio: look again
+    int calls = 0;           // probes of the running look so far (stops at probes(bucket))
+    int looks = 0;           // looks completed
+    int late = 0;            // late looks started, toward kLateLooks
+    bool mpi_first = false;  // the running look probes MPI first (a close call's second look)
+    int since = 0;           // calls since a close first look, toward kRecheckAfter
+    bool close = false;      // the first look's medians were within kRecheckRatio: look again soon
     bool decided = false;
     Path path = Path::Bc;
     double bc[kTimedSmall] = {};   // seconds per sample (the sum of its calls' times)
     double mpi[kTimedSmall] = {};
-    double bc_median = 0, mpi_median = 0;  // per call, agreed (slowest rank's), once decided; the lower of two rounds
+    double bc_median = 0, mpi_median = 0;  // per call, agreed (slowest rank's), once decided; the lowest of all looks
     uint64_t served[2] = {0, 0};            // calls by path, probes included
+    uint64_t calls_total() const { return served[0] + served[1]; }
   };
+  // A close first look waits for its second, with MPI first.
+  static bool second_look_pending(const Bucket &b) { return b.decided && b.close && b.looks == 1; }
+  static bool late_look_due(const Bucket &b) {
+    return b.decided && !second_look_pending(b) && b.late < kLateLooks && b.calls_total() >= kLateLookCalls[b.late];
+  }
+  // Decided, and the next call starts no look.
+  static bool settled(const Bucket &b) { return b.decided && !second_look_pending(b) && !late_look_due(b); }
+  static void start_look(Bucket *b, bool mpi_first) {
+    b->decided = false;
+    b->mpi_first = mpi_first;
+    b->calls = 0;
+  }
   Bucket buckets_[kBuckets];
 };
 

@@ -15,7 +15,11 @@
 #      datatypes and in-place calls among them, results exact: each learns
 #      its route anew (its own probes through BlueConnect), and the counts
 #      add up, also for the calls a final route to MPI passes by the thread's
-#      memo without the route's checks (lib/pmpi/pmpi.cc, PassMemo).
+#      memo without the route's checks (lib/pmpi/pmpi.cc, PassMemo);
+#   4. `pmpi_check --latency 4000` (4410 calls): the bucket's first late look
+#      (SizeRoute::kLateLookCalls, at its 4096th call) runs on every rank at
+#      the same call, memo or not: at least 146 probes through each library
+#      (two looks), every call counted once, the same decision everywhere.
 # The exact sweep (pmpi_np1..8) runs under learn too, so calls that switch
 # library mid-run are checked bit for bit there.
 # Environment (tests/pmpi/meson.build): MPIRUN, MPIRUN_ARGS, PRELOAD, EXE
@@ -81,4 +85,28 @@ for ((r = 0; r < NP; ++r)); do
     fail "rank $r: served $served / passed:learned $learned, the routes say $sum_bc / $sum_mpi"
 done
 [ $status = 0 ] && echo "reuse: 3 communicators, each learned anew: ${lines[*]#*; }"
+LATE_ITERS=4000
+LATE_CALLS=$((LATE_ITERS + LATE_ITERS / 10 + 10))
+"$MPIRUN" "${ARGS[@]}" -x "LD_PRELOAD=$PRELOAD" -x "BC_PMPI_STATS=$W/late.%r" -np "$NP" "$EXE" \
+  --latency "$LATE_ITERS" > "$W/late.out" 2>&1 || { fail "late-look run exited with $?"; cat "$W/late.out"; }
+decisions=()
+for ((r = 0; r < NP; ++r)); do
+  f="$W/late.$r"
+  line=$(grep '^bytes 8-15: ' "$f" 2>/dev/null)
+  [ -n "$line" ] || { fail "rank $r: no line for the 8-15 byte bucket in $f"; continue; }
+  read -r bc mpi <<< "$(bucket_counts "$line")"
+  [ $((bc + mpi)) -eq "$LATE_CALLS" ] || fail "rank $r: $((bc + mpi)) calls in the bucket, want $LATE_CALLS: $line"
+  [ "$bc" -ge 146 ] && [ "$mpi" -ge 146 ] || fail "rank $r: fewer than 146 probes of a library (no late look?): $line"
+  grep -Eq "(lower of two|lowest of 3) looks" <<< "$line" || fail "rank $r: no late look in the decision: $line"
+  decisions+=("${line#*; }")
+  served=$(stat_count "$f" served) learned=$(stat_count "$f" passed:learned)
+  [ "$served" -eq "$bc" ] && [ "$learned" -eq "$mpi" ] ||
+    fail "rank $r: served $served / passed:learned $learned do not match the route line: $line"
+done
+if [ ${#decisions[@]} -eq "$NP" ]; then
+  for d in "${decisions[@]}"; do
+    [ "$d" = "${decisions[0]}" ] || fail "late look: ranks decided differently: '${decisions[0]}' and '$d'"
+  done
+  echo "late look: 8-byte bucket on $NP ranks after $LATE_CALLS calls: ${decisions[0]}"
+fi
 exit $status

@@ -2,6 +2,10 @@
 // the agreement is a fake that stands for the other ranks.
 #include <catch2/catch.hpp>
 
+#include <cstdio>
+#include <string>
+#include <vector>
+
 #include "pmpi/pmpi_route.h"
 
 using namespace bc::pmpi;
@@ -179,7 +183,7 @@ TEST_CASE("SizeRoute: a close call gets a second look with MPI first; the lower 
   CHECK_FALSE(timed);
   const std::string d = r.describe();
   CHECK_THAT(d, Catch::Matchers::Contains("blueconnect (slowest rank's median, lower of two looks: blueconnect 1000.00 us, mpi 1200.00 us)"));
-  // Decided for good: no third look, however many calls follow.
+  // Decided until the first late look: no third look soon after.
   for (int k = 0; k < 3 * SizeRoute::kRecheckAfter; ++k) {
     CHECK(r.next(bytes, &timed) == Path::Bc);
     CHECK_FALSE(timed);
@@ -218,7 +222,7 @@ TEST_CASE("SizeRoute: final_route says when a caller may route a bucket itself",
   }
 }
 
-TEST_CASE("SizeRoute: a clear call is not looked at again", "[pmpi]") {
+TEST_CASE("SizeRoute: a clear call gets no second look", "[pmpi]") {
   SizeRoute r;
   probe(&r, 1 << 20, 3e-3, 1e-3, as_is());  // MPI three times as fast
   CHECK_THAT(r.describe(), !Catch::Matchers::Contains("second look"));
@@ -227,4 +231,115 @@ TEST_CASE("SizeRoute: a clear call is not looked at again", "[pmpi]") {
     CHECK(r.next(1 << 20, &timed) == Path::Mpi);
     CHECK_FALSE(timed);
   }
+}
+
+namespace {
+
+// Calls of a settled bucket until it has seen `total` calls: every one follows the route, untimed, and a caller
+// may route each itself (final_route, count_final) but the last, at which a look is due.
+void follow_until(SizeRoute *r, int64_t bytes, uint64_t total, uint64_t *calls, Path want) {
+  bool timed = true;
+  Path path = want == Path::Bc ? Path::Mpi : Path::Bc;
+  while (*calls + 1 < total) {
+    REQUIRE(r->final_route(bytes, &path));
+    REQUIRE(path == want);
+    if (*calls % 2 == 0) {
+      REQUIRE(r->count_final(bytes, want));  // as the preload's memo does
+    } else {
+      REQUIRE(r->next(bytes, &timed) == want);
+      REQUIRE_FALSE(timed);
+    }
+    ++*calls;
+  }
+  REQUIRE(r->final_route(bytes, &path));  // the call before the look
+  REQUIRE(r->count_final(bytes, want));
+  ++*calls;
+  CHECK_FALSE(r->final_route(bytes, &path));  // the look is due at the next call
+  CHECK_FALSE(r->count_final(bytes, want));   // refused, not counted
+}
+
+}  // namespace
+
+TEST_CASE("SizeRoute: late looks revisit a decision taken in start-up conditions; the lowest medians decide",
+          "[pmpi]") {
+  // np 2, 4 B, unbound ranks sharing one CPU for their first calls (2026-12-04): both libraries slow, BlueConnect
+  // more (7.4 against 5.8 us), then 0.9 against 1.4 us once the ranks run on a CPU each.
+  const int64_t bytes = 4;
+  const int b = SizeRoute::bucket_of(bytes);
+  SizeRoute r;
+  uint64_t calls = 0;
+  probe(&r, bytes, 7.4e-6, 5.8e-6, as_is());  // close: the second look follows, in the same conditions
+  calls += SizeRoute::probes(b);
+  bool timed = true;
+  for (int k = 0; k < SizeRoute::kRecheckAfter; ++k) r.next(bytes, &timed);
+  calls += SizeRoute::kRecheckAfter;
+  probe(&r, bytes, 7.5e-6, 5.9e-6, as_is());
+  calls += SizeRoute::probes(b);
+  CHECK(calls == static_cast<uint64_t>(SizeRoute::learning_calls(b)));
+  CHECK_THAT(r.describe(), Catch::Matchers::Contains("mpi (slowest rank's median, lower of two looks: blueconnect "
+                                                     "7.40 us, mpi 5.80 us)"));
+  follow_until(&r, bytes, SizeRoute::kLateLookCalls[0], &calls, Path::Mpi);
+  // The first late look, at the bucket's 4096th call: BlueConnect first, as a first look.
+  std::vector<Path> late = probe(&r, bytes, 0.9e-6, 1.4e-6, as_is());
+  std::vector<Path> want(SizeRoute::probes(b) / 2, Path::Bc);
+  want.resize(SizeRoute::probes(b), Path::Mpi);
+  CHECK(late == want);
+  calls += SizeRoute::probes(b);
+  CHECK(r.next(bytes, &timed) == Path::Bc);
+  CHECK_FALSE(timed);
+  ++calls;
+  CHECK_THAT(r.describe(), Catch::Matchers::Contains("bytes 4-7: blueconnect"));
+  CHECK_THAT(r.describe(), Catch::Matchers::Contains(
+                               "blueconnect (slowest rank's median, lowest of 3 looks: blueconnect 0.90 us, mpi 1.40 us)"));
+  // The second, at the 65536th: slower for both (a busy machine), so the lowest medians keep BlueConnect.
+  follow_until(&r, bytes, SizeRoute::kLateLookCalls[1], &calls, Path::Bc);
+  probe(&r, bytes, 3e-6, 2e-6, as_is());
+  calls += SizeRoute::probes(b);
+  CHECK(r.next(bytes, &timed) == Path::Bc);
+  ++calls;
+  CHECK_THAT(r.describe(), Catch::Matchers::Contains("lowest of 4 looks: blueconnect 0.90 us, mpi 1.40 us"));
+  // And no look after the last late one: twice as many calls again, all settled.
+  Path path = Path::Mpi;
+  for (uint64_t k = 0; k < 2 * SizeRoute::kLateLookCalls[1]; ++k) {
+    REQUIRE(r.final_route(bytes, &path));
+    REQUIRE(r.count_final(bytes, Path::Bc));
+  }
+  CHECK(path == Path::Bc);
+  // Every call is counted once, the refused ones included (they went through next()).
+  const std::string d = r.describe();
+  const uint64_t want_total = calls + 2 * SizeRoute::kLateLookCalls[1];
+  unsigned long long bc = 0, mpi = 0;
+  REQUIRE(std::sscanf(d.c_str(), "bytes 4-7: blueconnect %llu, mpi %llu", &bc, &mpi) == 2);
+  CHECK(bc + mpi == want_total);
+}
+
+TEST_CASE("SizeRoute: a late look that finds the same keeps the route; count_final refuses the other library",
+          "[pmpi]") {
+  const int64_t bytes = 1 << 20;
+  SizeRoute r;
+  uint64_t calls = 0;
+  probe(&r, bytes, 3e-3, 1e-3, as_is());  // MPI three times as fast: no second look
+  calls += SizeRoute::probes(SizeRoute::bucket_of(bytes));
+  CHECK_FALSE(r.count_final(bytes, Path::Bc));  // the route is MPI's: a memo for BlueConnect is stale
+  follow_until(&r, bytes, SizeRoute::kLateLookCalls[0], &calls, Path::Mpi);
+  bool timed = false;
+  CHECK(r.next(bytes, &timed) == Path::Bc);  // the late look's first (untimed) probe
+  CHECK_FALSE(timed);
+  CHECK(r.unprobed(bytes) == Path::Mpi);  // a non-blocking call keeps the decision while the look runs
+  CHECK_THAT(r.describe(), Catch::Matchers::Contains("learning (1 of 8 probes, a late look)"));
+  for (int k = 1; k < SizeRoute::probes(SizeRoute::bucket_of(bytes)); ++k) {
+    const Path p = r.next(bytes, &timed);
+    if (timed) r.record(bytes, p, p == Path::Bc ? 2.9e-3 : 1.1e-3, as_is());
+  }
+  Path path = Path::Bc;
+  REQUIRE(r.final_route(bytes, &path));
+  CHECK(path == Path::Mpi);
+  CHECK_THAT(r.describe(), Catch::Matchers::Contains("mpi (slowest rank's median, lower of two looks: blueconnect "
+                                                     "2900.00 us, mpi 1000.00 us)"));
+  // A failed agreement keeps BlueConnect for good: no late look follows it.
+  SizeRoute failed;
+  probe(&failed, bytes, 1e-3, 3e-3, [](double *, double *) { return false; });
+  for (uint64_t k = 0; k < 2 * SizeRoute::kLateLookCalls[1]; ++k) REQUIRE(failed.count_final(bytes, Path::Bc));
+  REQUIRE(failed.final_route(bytes, &path));
+  CHECK(path == Path::Bc);
 }
