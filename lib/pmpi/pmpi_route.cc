@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 
 namespace bc {
 namespace pmpi {
@@ -99,9 +100,12 @@ std::string SizeRoute::describe() const {
     const long long lo = i == 0 ? 0 : 1LL << i, hi = (1LL << (i + 1)) - 1;
     int n = std::snprintf(line, sizeof line, "bytes %lld-%lld: blueconnect %llu, mpi %llu; ", lo, hi,
                           static_cast<unsigned long long>(b.served[0]), static_cast<unsigned long long>(b.served[1]));
-    char looks[40] = "";
+    char looks[48] = "";  // and how many of them were late ones (kLateLookCalls)
+    const int late_done = b.decided ? b.late : b.late - 1;
     if (b.looks == 2) std::snprintf(looks, sizeof looks, ", lower of two looks");
     if (b.looks > 2) std::snprintf(looks, sizeof looks, ", lowest of %d looks", b.looks);
+    if (late_done > 0 && b.looks >= 2)
+      std::snprintf(looks + std::strlen(looks), sizeof looks - std::strlen(looks), ", %d late", late_done);
     if (!b.decided)
       std::snprintf(line + n, sizeof line - n, "learning (%d of %d probes%s)", b.calls, probes(i),
                     b.looks == 0 ? "" : b.mpi_first ? ", second look" : ", a late look");

@@ -35,29 +35,38 @@ CALLS=$((ITERS + ITERS / 10 + 10))  # pmpi_check's warm-up calls, then ITERS tim
 stat_count() { awk -v name="$2" '$1 == "MPI_Allreduce" && $2 == name { n = $3 } END { print n + 0 }' "$1"; }
 bucket_counts() { sed -E 's/^bytes [0-9]+-[0-9]+: blueconnect ([0-9]+), mpi ([0-9]+);.*/\1 \2/' <<< "$1"; }
 
+# Every rank's 8-15 byte bucket in $W/PREFIX.RANK: CALLS calls, at least
+# MIN_PROBES probes through each library, a decision that matches PATTERN (an
+# extended regex), served and passed:learned counts that match the route
+# line, and the same decision on every rank, which it prints after LABEL.
+check_bucket() { # PREFIX CALLS MIN_PROBES PATTERN LABEL
+  local prefix=$1 calls=$2 min=$3 pattern=$4 label=$5 r f line bc mpi served learned d decisions=()
+  for ((r = 0; r < NP; ++r)); do
+    f="$W/$prefix.$r"
+    grep -q "^MPI_Allreduce route, communicator of $NP ranks:" "$f" 2>/dev/null || { fail "rank $r: no route section in $f"; continue; }
+    line=$(grep '^bytes 8-15: ' "$f")
+    [ -n "$line" ] || { fail "rank $r: no line for the 8-15 byte bucket"; cat "$f"; continue; }
+    read -r bc mpi <<< "$(bucket_counts "$line")"
+    [ $((bc + mpi)) -eq "$calls" ] || fail "rank $r: $((bc + mpi)) calls in the bucket, want $calls: $line"
+    [ "$bc" -ge "$min" ] && [ "$mpi" -ge "$min" ] || fail "rank $r: fewer than $min probes of a library: $line"
+    grep -q "learning" <<< "$line" && fail "rank $r: the bucket is still learning after $calls calls: $line"
+    grep -Eq "$pattern" <<< "$line" || fail "rank $r: the decision does not match '$pattern': $line"
+    decisions+=("${line#*; }")
+    served=$(stat_count "$f" served) learned=$(stat_count "$f" passed:learned)
+    [ "$served" -eq "$bc" ] && [ "$learned" -eq "$mpi" ] ||
+      fail "rank $r: served $served / passed:learned $learned do not match the route line: $line"
+  done
+  [ ${#decisions[@]} -eq "$NP" ] || return
+  for d in "${decisions[@]}"; do
+    [ "$d" = "${decisions[0]}" ] || fail "$label: ranks decided differently: '${decisions[0]}' and '$d'"
+  done
+  echo "$label: ${decisions[0]}"
+}
+
 "$MPIRUN" "${ARGS[@]}" -x "LD_PRELOAD=$PRELOAD" -x "BC_PMPI_STATS=$W/learn.%r" -np "$NP" "$EXE" --latency "$ITERS" \
   > "$W/learn.out" 2>&1 || { fail "learn run exited with $?"; cat "$W/learn.out"; }
-decisions=()
-for ((r = 0; r < NP; ++r)); do
-  f="$W/learn.$r"
-  grep -q "^MPI_Allreduce route, communicator of $NP ranks:" "$f" 2>/dev/null || { fail "rank $r: no route section in $f"; continue; }
-  line=$(grep '^bytes 8-15: ' "$f")
-  [ -n "$line" ] || { fail "rank $r: no line for the 8-15 byte bucket"; cat "$f"; continue; }
-  read -r bc mpi <<< "$(bucket_counts "$line")"
-  [ $((bc + mpi)) -eq "$CALLS" ] || fail "rank $r: $((bc + mpi)) calls in the bucket, want $CALLS: $line"
-  [ "$bc" -ge 73 ] && [ "$mpi" -ge 73 ] || fail "rank $r: fewer than 73 probes (1 + 9 runs of 8) of a library: $line"
-  grep -q "learning" <<< "$line" && fail "rank $r: the bucket is still learning after $CALLS calls: $line"
-  decisions+=("${line#*; }")
-  served=$(stat_count "$f" served) learned=$(stat_count "$f" passed:learned)
-  [ "$served" -eq "$bc" ] && [ "$learned" -eq "$mpi" ] ||
-    fail "rank $r: served $served / passed:learned $learned do not match the route line: $line"
-done
-if [ ${#decisions[@]} -eq "$NP" ]; then
-  for d in "${decisions[@]}"; do
-    [ "$d" = "${decisions[0]}" ] || fail "ranks decided differently: '${decisions[0]}' and '$d'"
-  done
-  echo "learn: 8-byte bucket on $NP ranks: ${decisions[0]}"
-fi
+# 73: 1 + 9 runs of 8 probes of each library.
+check_bucket learn "$CALLS" 73 "slowest rank's median" "learn: 8-byte bucket on $NP ranks"
 
 "$MPIRUN" "${ARGS[@]}" -x "LD_PRELOAD=$PRELOAD" -x BC_PMPI_ROUTE=bc -x "BC_PMPI_STATS=$W/bc.%r" -np "$NP" "$EXE" \
   --latency "$ITERS" > "$W/bc.out" 2>&1 || { fail "BC_PMPI_ROUTE=bc run exited with $?"; cat "$W/bc.out"; }
@@ -89,24 +98,7 @@ LATE_ITERS=4000
 LATE_CALLS=$((LATE_ITERS + LATE_ITERS / 10 + 10))
 "$MPIRUN" "${ARGS[@]}" -x "LD_PRELOAD=$PRELOAD" -x "BC_PMPI_STATS=$W/late.%r" -np "$NP" "$EXE" \
   --latency "$LATE_ITERS" > "$W/late.out" 2>&1 || { fail "late-look run exited with $?"; cat "$W/late.out"; }
-decisions=()
-for ((r = 0; r < NP; ++r)); do
-  f="$W/late.$r"
-  line=$(grep '^bytes 8-15: ' "$f" 2>/dev/null)
-  [ -n "$line" ] || { fail "rank $r: no line for the 8-15 byte bucket in $f"; continue; }
-  read -r bc mpi <<< "$(bucket_counts "$line")"
-  [ $((bc + mpi)) -eq "$LATE_CALLS" ] || fail "rank $r: $((bc + mpi)) calls in the bucket, want $LATE_CALLS: $line"
-  [ "$bc" -ge 146 ] && [ "$mpi" -ge 146 ] || fail "rank $r: fewer than 146 probes of a library (no late look?): $line"
-  grep -Eq "(lower of two|lowest of 3) looks" <<< "$line" || fail "rank $r: no late look in the decision: $line"
-  decisions+=("${line#*; }")
-  served=$(stat_count "$f" served) learned=$(stat_count "$f" passed:learned)
-  [ "$served" -eq "$bc" ] && [ "$learned" -eq "$mpi" ] ||
-    fail "rank $r: served $served / passed:learned $learned do not match the route line: $line"
-done
-if [ ${#decisions[@]} -eq "$NP" ]; then
-  for d in "${decisions[@]}"; do
-    [ "$d" = "${decisions[0]}" ] || fail "late look: ranks decided differently: '${decisions[0]}' and '$d'"
-  done
-  echo "late look: 8-byte bucket on $NP ranks after $LATE_CALLS calls: ${decisions[0]}"
-fi
+# 146: the first look's probes and the late look's; "1 late" from the route's own count.
+check_bucket late "$LATE_CALLS" 146 "(lower of two|lowest of 3) looks, 1 late" \
+  "late look: 8-byte bucket on $NP ranks after $LATE_CALLS calls"
 exit $status

@@ -290,14 +290,14 @@ TEST_CASE("SizeRoute: late looks revisit a decision taken in start-up conditions
   ++calls;
   CHECK_THAT(r.describe(), Catch::Matchers::Contains("bytes 4-7: blueconnect"));
   CHECK_THAT(r.describe(), Catch::Matchers::Contains(
-                               "blueconnect (slowest rank's median, lowest of 3 looks: blueconnect 0.90 us, mpi 1.40 us)"));
+                               "blueconnect (slowest rank's median, lowest of 3 looks, 1 late: blueconnect 0.90 us, mpi 1.40 us)"));
   // The second, at the 65536th: slower for both (a busy machine), so the lowest medians keep BlueConnect.
   follow_until(&r, bytes, SizeRoute::kLateLookCalls[1], &calls, Path::Bc);
   probe(&r, bytes, 3e-6, 2e-6, as_is());
   calls += SizeRoute::probes(b);
   CHECK(r.next(bytes, &timed) == Path::Bc);
   ++calls;
-  CHECK_THAT(r.describe(), Catch::Matchers::Contains("lowest of 4 looks: blueconnect 0.90 us, mpi 1.40 us"));
+  CHECK_THAT(r.describe(), Catch::Matchers::Contains("lowest of 4 looks, 2 late: blueconnect 0.90 us, mpi 1.40 us"));
   // And no look after the last late one: twice as many calls again, all settled.
   Path path = Path::Mpi;
   for (uint64_t k = 0; k < 2 * SizeRoute::kLateLookCalls[1]; ++k) {
@@ -334,8 +334,8 @@ TEST_CASE("SizeRoute: a late look that finds the same keeps the route; count_fin
   Path path = Path::Bc;
   REQUIRE(r.final_route(bytes, &path));
   CHECK(path == Path::Mpi);
-  CHECK_THAT(r.describe(), Catch::Matchers::Contains("mpi (slowest rank's median, lower of two looks: blueconnect "
-                                                     "2900.00 us, mpi 1000.00 us)"));
+  CHECK_THAT(r.describe(), Catch::Matchers::Contains("mpi (slowest rank's median, lower of two looks, 1 late: "
+                                                     "blueconnect 2900.00 us, mpi 1000.00 us)"));
   // A failed agreement keeps BlueConnect for good: no late look follows it.
   SizeRoute failed;
   probe(&failed, bytes, 1e-3, 3e-3, [](double *, double *) { return false; });
