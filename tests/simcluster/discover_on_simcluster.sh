@@ -11,7 +11,10 @@
 #            are accepted, never another level.
 # CREATIONS communicators in a row each measure anew and must find the
 # layout's racks; an exact all-reduce runs on each; then a default creation
-# must take the racks from the per-user cache (a private BC_CACHE_DIR).
+# must take the racks from the per-user cache (a private BC_CACHE_DIR). Where
+# racks are expected, one creation in ten may end with no level (discovery's
+# answer when its passes disagree on a stalled host), never another level;
+# rank 0's decisions are then printed on stdout, where a failure's log keeps them.
 # Skips (exit 77, with the reason) where this machine cannot make namespaces.
 # Uses its own namespace prefix and state, so it never touches a cluster a
 # person has up, nor the other simcluster tests'.
@@ -46,8 +49,15 @@ mkdir -m 0700 "$dir/cache"
 forward=(-x "BC_DEBUG=${BC_DEBUG:-TOPO}")
 [ -n "${BC_TRANSPORT:-}" ] && forward+=(-x BC_TRANSPORT)
 "$sc" run --mca pml ob1 --mca btl_tcp_links 2 -x BC_CACHE_DIR="$dir/cache" "${forward[@]}" \
-  -np 8 "$prog" "$dir/expected.txt" "$creations" "${also[@]}"
+  -np 8 "$prog" "$dir/expected.txt" "$creations" "${also[@]}" 2>"$dir/stderr.txt"
 rc=$?
+cat "$dir/stderr.txt" >&2
+# Rank 0's decisions (BC_DEBUG=TOPO) on stdout too, where a failure's log
+# keeps them: each creation's verdict and why, without the rates (on stderr).
+if [ "$rc" != 0 ] || { [ "$layout" != flat ] && grep -q "TOPO discovery over .*: no rack level" "$dir/stderr.txt"; }; then
+  echo "discovery decisions (rank 0):"
+  grep -o "TOPO discovery over .*" "$dir/stderr.txt" | sed 's/; rates .*//'
+fi
 if [ "$rc" = 0 ] && [ -n "$info" ] && { [ "$layout" = flat ] || [ "$layout" = racks ]; }; then
   printf 'sim-n1 r0\nsim-n2 r0\nsim-n3 r1\nsim-n4 r1\n' > "$dir/given.txt"
   want="BC_TOPO_FILE: the network agrees with its racks: {0,2} {4,6}"
