@@ -140,6 +140,26 @@ bool parse_body(const std::string &body, int n, std::vector<int> *rack_of, bool 
   return in.eof() && static_cast<int>(rack_of->size()) == n;
 }
 
+}  // namespace
+
+bool discover_cache_read(const std::string &dir, const std::string &key, int n, int64_t max_age_ms,
+                         std::vector<int> *rack_of, bool *flat, std::string *why) {
+  std::string body;
+  if (!cache_read(dir, kKind, key, max_age_ms, "BC_MODEL_CACHE_AGE", &body, why)) return false;
+  if (!parse_body(body, n, rack_of, flat)) {
+    *why = cache_path(dir, kKind, key) + ": bad body";
+    return false;
+  }
+  if (rack_of->empty() && !*flat) {
+    const int64_t limit = max_age_ms > 0 ? std::min(max_age_ms, kInconclusiveCacheAgeMs) : kInconclusiveCacheAgeMs;
+    const std::string name = "an inconclusive result's " + std::to_string(kInconclusiveCacheAgeMs / 60000) + " min";
+    if (!cache_read(dir, kKind, key, limit, name.c_str(), &body, why)) return false;
+  }
+  return true;
+}
+
+namespace {
+
 // Waits for a broadcast, sleeping between polls: ranks that do not measure
 // leave the cores to those that do.
 Status bcast_sleepy(std::vector<int> *msg, MPI_Comm comm) {
@@ -196,13 +216,11 @@ Status discover_racks(MPI_Comm comm, const ParamSet &params, const std::vector<i
   // found, 2 when conclusively flat, 0 otherwise; then the racks.
   std::vector<int> msg(static_cast<size_t>(n) + 2, 0);
   if (rank == 0 && use_cache) {
-    std::string body, why;
+    std::string why;
     std::vector<int> racks;
     bool flat = false;
-    if (!cache_read(dir, kKind, key, params.get_int(ParamId::ModelCacheAge), "BC_MODEL_CACHE_AGE", &body, &why)) {
+    if (!discover_cache_read(dir, key, n, params.get_int(ParamId::ModelCacheAge), &racks, &flat, &why)) {
       if (why != "no cached racks") BC_INFO(Topo, "discovered racks cache not used: %s", why.c_str());
-    } else if (!parse_body(body, n, &racks, &flat)) {
-      BC_INFO(Topo, "discovered racks cache not used: %s: bad body", cache_path(dir, kKind, key).c_str());
     } else {
       msg[0] = 1;
       msg[1] = racks.empty() ? (flat ? 2 : 0) : 1;

@@ -10,7 +10,8 @@
 // (rack_clusters); the others wait in a broadcast, sleeping between polls.
 // The result, found or not, is stored in the per-user cache
 // (core/cache_file.h, DIR/racks-HASH.txt, keyed by the hosts of the nodes in
-// rank order), so a later job on the same hosts does not measure again.
+// rank order), so a later job on the same hosts does not measure again; an
+// inconclusive result only for kInconclusiveCacheAgeMs (discover_cache_read).
 #pragma once
 
 #include <mpi.h>
@@ -23,6 +24,24 @@
 #include "core/status.h"
 
 namespace bc {
+
+// How long a cached inconclusive result ("none": the passes did not agree)
+// stands. A noisy moment on the hosts (a busy node, a stalled round) can make
+// one; trusted for BC_MODEL_CACHE_AGE (a week by default) it would hide real
+// racks from every job on these hosts for that long. Ten minutes still
+// spares the communicators of one job, and back-to-back jobs, from paying the
+// passes again (up to 6, 0.3-1 s on 4 simulated nodes), and a network at
+// the limit of what discovery can tell (an oversubscribed trunk) costs each
+// later job one discovery.
+constexpr int64_t kInconclusiveCacheAgeMs = 10 * 60 * 1000;
+
+// The result cached in `dir` for `key` (n nodes): true with *rack_of (empty:
+// no rack level) and *flat (no level because every flow was fast), or false
+// with *why ("no cached racks" when there is none). Racks and "flat" stand
+// for max_age_ms (BC_MODEL_CACHE_AGE; 0: no limit), "none" for at most
+// kInconclusiveCacheAgeMs.
+bool discover_cache_read(const std::string &dir, const std::string &key, int n, int64_t max_age_ms,
+                         std::vector<int> *rack_of, bool *flat, std::string *why);
 
 // node_of[r]: the node leader of rank r; host_hash[r]: a hash of rank r's host
 // name (every rank passes the same vectors). On return *rack_of_node holds

@@ -175,7 +175,8 @@ bool cache_read(const std::string &dir, const char *kind, const std::string &key
   const long long now = static_cast<long long>(std::time(nullptr));
   if (when > now + kFutureSlackSeconds) return fail("written in the future (" + written + ")");
   if (max_age_ms > 0 && (now - when) * 1000 > max_age_ms)
-    return fail(std::string("older than ") + age_param + " (" + std::to_string((now - when) / 3600) + " h)");
+    return fail(std::string("older than ") + age_param + " (" +
+                (now - when < 2 * 3600 ? std::to_string((now - when) / 60) + " min)" : std::to_string((now - when) / 3600) + " h)"));
   *body = text.substr(pos);
   if (sum != hex64(fnv1a(*body))) return fail("checksum mismatch (truncated or edited)");
   return true;

@@ -1,6 +1,7 @@
 // The per-user cost model cache (lib/api/model_cache.h): round trip, and every
 // kind of file it must ignore (corrupt, foreign, stale, unsafe), and writers
-// racing each other. Each case works in a fresh directory under /tmp, never in
+// racing each other; the discovered racks in the same cache (topo/discover.h):
+// how long each kind of result stands. Each case works in a fresh directory under /tmp, never in
 // the user's cache.
 #include <catch2/catch.hpp>
 
@@ -17,6 +18,8 @@
 #include <string>
 
 #include "api/model_cache.h"
+#include "core/cache_file.h"
+#include "topo/discover.h"
 #include "plan/cost.h"
 
 using namespace bc;
@@ -255,4 +258,54 @@ TEST_CASE("model cache: the directory", "[model_cache]") {
   REQUIRE(model_cache_load("", kKey, kSig, 0, &why).empty());
   REQUIRE(!why.empty());
   REQUIRE(!model_cache_store("", kKey, model_text(), &why));
+}
+
+TEST_CASE("racks cache: racks and flat stand for the age limit, an inconclusive result for 10 minutes", "[model_cache][discover]") {
+  TempDir tmp;
+  const std::string key = "racks n=4 1a 2b 3c 4d";
+  const int64_t week_ms = 168LL * 3600 * 1000;
+  std::string why;
+  std::vector<int> racks;
+  bool flat = true;
+  REQUIRE(!discover_cache_read(tmp.path, key, 4, week_ms, &racks, &flat, &why));
+  REQUIRE(why == "no cached racks");
+  // The body as discover_racks writes it, then written `ago_s` seconds ago.
+  const std::string path = cache_path(tmp.path, "racks", key);
+  auto store = [&](const std::string &body, long long ago_s) {
+    REQUIRE(cache_write(tmp.path, "racks", key, body + "\n# why\n# rates ...\n", &why));
+    spit(path, with_header(slurp(path), "written", std::to_string(static_cast<long long>(time(nullptr)) - ago_s)));
+  };
+  const long long min20 = 20 * 60, min5 = 5 * 60;
+  store("racks 0 0 1 1", min20);
+  REQUIRE(discover_cache_read(tmp.path, key, 4, week_ms, &racks, &flat, &why));
+  REQUIRE(racks == std::vector<int>{0, 0, 1, 1});
+  REQUIRE(!flat);
+  store("flat", min20);
+  REQUIRE(discover_cache_read(tmp.path, key, 4, week_ms, &racks, &flat, &why));
+  REQUIRE(racks.empty());
+  REQUIRE(flat);
+  store("none", min5);
+  flat = true;
+  REQUIRE(discover_cache_read(tmp.path, key, 4, week_ms, &racks, &flat, &why));
+  REQUIRE(racks.empty());
+  REQUIRE(!flat);
+  // A noisy moment must not hide racks for a week: after 10 minutes, measure again.
+  store("none", min20);
+  REQUIRE(!discover_cache_read(tmp.path, key, 4, week_ms, &racks, &flat, &why));
+  REQUIRE(why.find("older than an inconclusive result's 10 min (20 min)") != std::string::npos);
+  REQUIRE(!discover_cache_read(tmp.path, key, 4, 0, &racks, &flat, &why));  // no age limit: still 10 min
+  // The age limit applies to every kind.
+  store("racks 0 0 1 1", 3 * 3600);
+  REQUIRE(!discover_cache_read(tmp.path, key, 4, 2 * 3600 * 1000, &racks, &flat, &why));
+  REQUIRE(why.find("older than BC_MODEL_CACHE_AGE (3 h)") != std::string::npos);
+  store("none", min5);  // the shorter of the two limits
+  REQUIRE(!discover_cache_read(tmp.path, key, 4, 60 * 1000, &racks, &flat, &why));
+  REQUIRE(why.find("older than BC_MODEL_CACHE_AGE (5 min)") != std::string::npos);
+  // Bodies that do not fit these nodes.
+  for (const char *bad : {"racks 0 0 1", "racks 0 0 1 7", "maybe", "none 0"}) {
+    store(bad, 0);
+    INFO(bad);
+    REQUIRE(!discover_cache_read(tmp.path, key, 4, week_ms, &racks, &flat, &why));
+    REQUIRE(why.find("bad body") != std::string::npos);
+  }
 }
