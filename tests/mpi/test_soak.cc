@@ -123,7 +123,15 @@ TEST_CASE("20,000 all-reduces of random sizes to 4 MiB: exact, flat memory and f
     // slack covers the allocator's own variation, not a leak of a buffer a call.
     INFO("rank " << r << ": VmRSS " << rss_warm << " -> " << rss_end << " KiB, VmHWM " << hwm_warm << " -> "
          << hwm_end << " KiB, fds " << fds_warm << " -> " << fds_end);
+#ifdef __SANITIZE_ADDRESS__
+    // AddressSanitizer keeps freed memory in its quarantine (256 MiB) to catch
+    // use after free, so VmRSS grows with the calls (95 -> 200 MiB here;
+    // with ASAN_OPTIONS=quarantine_size_mb=0 flat, 93 884 -> 93 880 KiB):
+    // memory is not flat by design. LeakSanitizer checks for leaks at exit.
+    if (r == 0) WARN("AddressSanitizer build: memory flatness not checked (its quarantine keeps freed memory)");
+#else
     REQUIRE(everywhere(rss_end - rss_warm <= 8 * 1024 && hwm_end - hwm_warm <= 8 * 1024));
+#endif
     REQUIRE(everywhere(fds_end == fds_warm));
   }
   REQUIRE(everywhere(bc_comm_destroy(&comm) == BC_OK));
