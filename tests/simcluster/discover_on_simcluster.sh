@@ -48,10 +48,11 @@ mkdir -m 0700 "$dir/cache"
 # rates, the evidence when a creation finds other levels.
 forward=(-x "BC_DEBUG=${BC_DEBUG:-TOPO}")
 [ -n "${BC_TRANSPORT:-}" ] && forward+=(-x BC_TRANSPORT)
-"$sc" run --mca pml ob1 --mca btl_tcp_links 2 -x BC_CACHE_DIR="$dir/cache" "${forward[@]}" \
-  -np 8 "$prog" "$dir/expected.txt" "$creations" "${also[@]}" 2>"$dir/stderr.txt"
-rc=$?
-cat "$dir/stderr.txt" >&2
+# stderr through tee (stdout kept on fd 3): shown as it comes, and kept whole
+# in a file for the decisions below once the pipeline is done.
+{ "$sc" run --mca pml ob1 --mca btl_tcp_links 2 -x BC_CACHE_DIR="$dir/cache" "${forward[@]}" \
+    -np 8 "$prog" "$dir/expected.txt" "$creations" "${also[@]}" 2>&1 1>&3 3>&- | tee "$dir/stderr.txt" >&2; } 3>&1
+rc=${PIPESTATUS[0]}
 # Rank 0's decisions (BC_DEBUG=TOPO) on stdout too, where a failure's log
 # keeps them: each creation's verdict and why, without the rates (on stderr).
 if [ "$rc" != 0 ] || { [ "$layout" != flat ] && grep -q "TOPO discovery over .*: no rack level" "$dir/stderr.txt"; }; then
