@@ -9,6 +9,7 @@
 
 #include "core/log.h"
 #include "reduce/reduce.h"
+#include "sched/liveness.h"
 
 namespace bc {
 namespace {
@@ -91,6 +92,7 @@ struct ArgAgreement::Exchange {
   Status local = BC_OK;
   std::string local_msg;  // this rank's own refusal, raised again with the verdict
   std::chrono::steady_clock::time_point posted;
+  std::chrono::steady_clock::time_point checked;  // the last liveness check while waiting
 };
 
 std::string args_describe(int kind, int64_t count, int dtype, int op) {
@@ -123,7 +125,7 @@ Status ArgAgreement::post(bc_comm *c, const CollArgs &a, Status local, std::uniq
   Exchange &ex = *agreement->ex_;
   ex.local = local;
   if (local != BC_OK) ex.local_msg = last_error_body(local);
-  ex.posted = std::chrono::steady_clock::now();
+  ex.posted = ex.checked = std::chrono::steady_clock::now();
   Signature &s = ex.sig;
   s.count = a.count;
   s.kind = static_cast<int32_t>(a.kind);
@@ -149,9 +151,32 @@ Status ArgAgreement::test(bc_comm *c, bool *done) {
   int complete = 0;
   BC_MPI_CHECK(MPI_Test(&ex.req, &complete, MPI_STATUS_IGNORE));
   if (!complete) {
+    const auto now = std::chrono::steady_clock::now();
+    // A dead peer never joins the agreement's MPI_Iallreduce: name it within
+    // BC_LIVENESS_INTERVAL, as a running operation does. Without this, a rank
+    // whose agreement still needed the victim's part (its neighbours had
+    // theirs and went on into the collective) waited until BC_TIMEOUT.
+    Liveness *l = c->liveness.get();
+    if (l && l->enabled() && now - ex.checked >= std::chrono::milliseconds(l->interval_ms())) {
+      ex.checked = now;
+      if (l->check()) {
+        const std::vector<int> dead = l->dead();
+        const int round = ex.round;
+        const std::string call = args_describe(ex.sig.kind, ex.sig.count, ex.sig.dtype, ex.sig.op);
+        *done = true;
+        abandon();
+        std::string who;
+        for (size_t i = 0; i < dead.size(); ++i)
+          who += (i == 0 ? "" : i + 1 == dead.size() ? " and " : ", ") + l->who(dead[i]);
+        return BC_FAIL(BC_ERR_PEER_DEAD,
+                       "%s %s (%s) before %s started: rank %d was in its argument agreement (BC_CHECK_ARGS, %s "
+                       "round), which needs every rank",
+                       who.c_str(), dead.size() > 1 ? "have died" : "died", l->how(dead[0]), call.c_str(), c->rank,
+                       round == 1 ? "first" : "second");
+      }
+    }
     const int64_t timeout_ms = c->params.get_int(ParamId::Timeout);
-    const int64_t waited =
-        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - ex.posted).count();
+    const int64_t waited = std::chrono::duration_cast<std::chrono::milliseconds>(now - ex.posted).count();
     if (timeout_ms <= 0 || waited <= timeout_ms) return BC_OK;
     *done = true;
     const int round = ex.round;

@@ -193,7 +193,13 @@ void Liveness::mark_dead(int rank) {
   if (watch_) watch_->forget(rank);
 }
 
+std::vector<int> Liveness::dead() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return dead_;
+}
+
 bool Liveness::check() {
+  std::lock_guard<std::mutex> lock(mutex_);
   if (!enabled_) return !dead_.empty();
   for (int r = 0; r < static_cast<int>(peers_.size()); ++r)
     if (peers_[r].way == Way::Proc && !is_dead_[r] && !proc_alive(peers_[r])) mark_dead(r);

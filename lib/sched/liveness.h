@@ -25,6 +25,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -45,9 +46,11 @@ class Liveness {
   static Status create(const TransportSetup &setup, std::unique_ptr<Liveness> *out);
 
   // Checks every peer once; returns true when some peer is (now or already)
-  // known dead. dead() lists them in the order found.
+  // known dead. dead() lists them in the order found. Both may be called from
+  // two threads at once: a caller's argument agreement (BC_CHECK_ARGS) checks
+  // while the progress thread's operations do.
   bool check();
-  const std::vector<int> &dead() const { return dead_; }
+  std::vector<int> dead() const;
   bool enabled() const { return enabled_; }
   int64_t interval_ms() const { return interval_ms_; }
   int rank() const { return rank_; }
@@ -75,6 +78,7 @@ class Liveness {
   int64_t interval_ms_ = 200;
   int unwatched_ = 0;
   std::vector<Peer> peers_;
+  mutable std::mutex mutex_;  // guards is_dead_, dead_ and the watch's poll
   std::vector<char> is_dead_;
   std::vector<int> dead_;
   std::unique_ptr<UcxWatch> watch_;

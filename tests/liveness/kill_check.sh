@@ -14,6 +14,8 @@
 #
 # Usage: kill_check.sh MPIRUN LIVENESS_CHECK NP [VAR=VALUE ...] [-- mpirun args]
 # VAR=VALUE pairs are exported to the ranks (BC_TRANSPORT=shm, BC_LIVENESS=net).
+# BC_TEST_KILL_MODE=early: the victim dies before its call, while the
+# survivors wait in the argument agreement (liveness_check early).
 set -u
 mpirun=$1 prog=$2 np=$3
 shift 3
@@ -42,7 +44,7 @@ LINGER_S=${BC_TEST_MPIRUN_LINGER_S:-}
 survivors=$((np - 1))
 start=$(date +%s.%N)
 timeout -k 5 "$LIMIT_S" "$mpirun" --allow-run-as-root --oversubscribe --bind-to none --mca mpi_yield_when_idle 1 \
-  --enable-recovery "${envs[@]}" "${extra[@]}" -np "$np" "$prog" kill "$victim" "$dir" >"$dir/out" 2>&1 &
+  --enable-recovery "${envs[@]}" "${extra[@]}" -np "$np" "$prog" "${BC_TEST_KILL_MODE:-kill}" "$victim" "$dir" >"$dir/out" 2>&1 &
 launcher=$!
 lingered=""
 if [ -n "$LINGER_S" ]; then

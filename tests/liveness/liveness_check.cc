@@ -4,6 +4,7 @@
 // MPI_Allreduce on MPI_COMM_WORLD, which could never complete).
 //
 //   liveness_check kill VICTIM DIR
+//   liveness_check early VICTIM DIR
 //
 // Every rank creates a communicator (BC_TRANSPORT and the other BC_* come from
 // the environment) and runs one all-reduce that must succeed. Then all start a
@@ -11,7 +12,12 @@
 // bc_test for a while (so that its peers are inside the call and have
 // exchanged data with it), writes the wall-clock time to DIR/death, and sends
 // itself SIGKILL (if the call finished meanwhile, all do it again, up to 20
-// times; see kRounds). The survivors, inside a blocking bc_allreduce, must get
+// times; see kRounds). `early`: the victim dies before its second call, so
+// the survivors wait for it in their argument agreement (BC_CHECK_ARGS=1;
+// until 2026-12-04 they waited there until BC_TIMEOUT, 30 min by default, and
+// a survivor whose agreement still needed the victim's part hung in about 1
+// run in 2 of the kill test in a debug build, where the agreement is on by
+// default). The survivors, inside a blocking bc_allreduce, must get
 // BC_ERR_PEER_DEAD naming the victim. Each survivor then times bc_comm_destroy,
 // bc_finalize and MPI_Finalize, and prints one line:
 //
@@ -59,7 +65,7 @@ void write_file(const std::string &path, const std::string &text) {
 }
 
 int usage() {
-  std::fprintf(stderr, "usage: liveness_check kill VICTIM DIR\n");
+  std::fprintf(stderr, "usage: liveness_check kill|early VICTIM DIR\n");
   return 2;
 }
 
@@ -67,7 +73,8 @@ int usage() {
 
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
-  if (argc != 4 || std::strcmp(argv[1], "kill") != 0) return usage();
+  if (argc != 4 || (std::strcmp(argv[1], "kill") != 0 && std::strcmp(argv[1], "early") != 0)) return usage();
+  const bool early = std::strcmp(argv[1], "early") == 0;
   const int victim = std::atoi(argv[2]);
   const std::string dir = argv[3];
   int rank = 0, size = 0;
@@ -110,6 +117,15 @@ int main(int argc, char **argv) {
   // soon as one has not finished by then; in round kRounds it dies right after
   // posting. The survivors call until a call fails, at most kRounds + 1 times.
   static constexpr int kRounds = 20;
+  if (rank == victim && early) {
+    // Before its second call: the survivors' argument agreement waits for it.
+    usleep(200 * 1000);  // the survivors are inside their calls by then
+    char text[64];
+    std::snprintf(text, sizeof text, "%.3f\n", now_ms());
+    write_file(dir + "/death.tmp", text);
+    std::rename((dir + "/death.tmp").c_str(), (dir + "/death").c_str());
+    raise(SIGKILL);
+  }
   if (rank == victim) {
     for (int round = 0;; ++round) {
       bc_request_t req = nullptr;
