@@ -21,12 +21,17 @@ rc=${PIPESTATUS[0]}
 sim_down
 # A known UCX 1.13.1 defect, not BlueConnect's verdict: a survivor's progress
 # of a tcp endpoint to the dead host aborts on UCX's own assertion (seen in
-# about 1 run in 6; docs/FAILURES.md, "Known: a UCX assertion"). That run
-# says nothing about the library's handling, so it counts as skipped, with
-# the reason; any other failure fails.
-if [ "$rc" != 0 ] && grep -q "tcp_iface.c:307  Assertion" "$dir/check.out"; then
-  echo "skipped: a survivor aborted on UCX 1.13's assertion in tcp_iface.c:307 (ep->conn_state != CLOSED) after the peer's death: a known UCX defect (docs/FAILURES.md)"
-  exit 77
+# about 1 run in 6; docs/FAILURES.md, "Known: a UCX assertion"), or, seen
+# once in some 35 runs in a day, on the assertion of its tcp connection manager
+# (tcp_cm.c:557, a connection request in an unexpected state). That run says
+# nothing about the library's handling, so it counts as skipped, with the
+# reason; any other failure fails.
+if [ "$rc" != 0 ]; then
+  ucx_assert=$(grep -oE "(tcp_iface\.c:307|tcp_cm\.c:557)  Assertion" "$dir/check.out" | head -1)
+  if [ -n "$ucx_assert" ]; then
+    echo "skipped: a survivor aborted on UCX 1.13's own assertion (${ucx_assert%%  *}) in its tcp transport after the peer's death: a known UCX defect (docs/FAILURES.md)"
+    exit 77
+  fi
 fi
 # Open MPI 4.1's ob1 (no ULFM) aborts a process whose send fails: with the mpi
 # transport, a survivor whose message to the dead host was on the wire when

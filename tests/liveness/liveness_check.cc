@@ -5,6 +5,7 @@
 //
 //   liveness_check kill VICTIM DIR
 //   liveness_check early VICTIM DIR
+//   liveness_check early-nb VICTIM DIR
 //
 // Every rank creates a communicator (BC_TRANSPORT and the other BC_* come from
 // the environment) and runs one all-reduce that must succeed. Then all start a
@@ -17,7 +18,9 @@
 // until 2026-12-04 they waited there until BC_TIMEOUT, 30 min by default, and
 // a survivor whose agreement still needed the victim's part hung in about 1
 // run in 2 of the kill test in a debug build, where the agreement is on by
-// default). The survivors, inside a blocking bc_allreduce, must get
+// default). `early-nb`: the same, the survivors calling bc_iallreduce and
+// bc_wait (the agreement is then the request's first phase, advanced by
+// bc_wait or by the progress thread). The survivors, inside their call, must get
 // BC_ERR_PEER_DEAD naming the victim. Each survivor then times bc_comm_destroy,
 // bc_finalize and MPI_Finalize, and prints one line:
 //
@@ -65,7 +68,7 @@ void write_file(const std::string &path, const std::string &text) {
 }
 
 int usage() {
-  std::fprintf(stderr, "usage: liveness_check kill|early VICTIM DIR\n");
+  std::fprintf(stderr, "usage: liveness_check kill|early|early-nb VICTIM DIR\n");
   return 2;
 }
 
@@ -73,8 +76,9 @@ int usage() {
 
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
-  if (argc != 4 || (std::strcmp(argv[1], "kill") != 0 && std::strcmp(argv[1], "early") != 0)) return usage();
-  const bool early = std::strcmp(argv[1], "early") == 0;
+  const std::string mode = argc == 4 ? argv[1] : "";
+  if (mode != "kill" && mode != "early" && mode != "early-nb") return usage();
+  const bool early = mode != "kill", nonblocking = mode == "early-nb";
   const int victim = std::atoi(argv[2]);
   const std::string dir = argv[3];
   int rank = 0, size = 0;
@@ -143,8 +147,15 @@ int main(int argc, char **argv) {
     }
   }
   bc_status_t st = BC_OK;
-  for (int round = 0; round <= kRounds && st == BC_OK; ++round)
-    st = bc_allreduce(a.data(), b.data(), n, BC_FLOAT32, BC_SUM, comm);
+  for (int round = 0; round <= kRounds && st == BC_OK; ++round) {
+    if (!nonblocking) {
+      st = bc_allreduce(a.data(), b.data(), n, BC_FLOAT32, BC_SUM, comm);
+      continue;
+    }
+    bc_request_t req = nullptr;
+    st = bc_iallreduce(a.data(), b.data(), n, BC_FLOAT32, BC_SUM, comm, &req);
+    if (st == BC_OK) st = bc_wait(&req);
+  }
   const double t_err = now_ms();
   const std::string msg = bc_last_error();
   // The victim wrote its time just before dying; wait a little for the file if
