@@ -165,9 +165,7 @@ Status ArgAgreement::test(bc_comm *c, bool *done) {
         const std::string call = args_describe(ex.sig.kind, ex.sig.count, ex.sig.dtype, ex.sig.op);
         *done = true;
         abandon();
-        std::string who;
-        for (size_t i = 0; i < dead.size(); ++i)
-          who += (i == 0 ? "" : i + 1 == dead.size() ? " and " : ", ") + l->who(dead[i]);
+        const std::string who = l->who_list(dead);
         return BC_FAIL(BC_ERR_PEER_DEAD,
                        "%s %s (%s) before %s started: rank %d was in its argument agreement (BC_CHECK_ARGS, %s "
                        "round), which needs every rank",

@@ -298,7 +298,7 @@ bool quiesce_transports(bc_comm *c) {
       return give_up();
     }
     if (checks && wait.liveness_due() && c->liveness->check()) {
-      const std::vector<int> &dead = c->liveness->dead();
+      const std::vector<int> dead = c->liveness->dead();
       BC_WARN(Transport, "destroy: %s died (%s) before reaching bc_comm_destroy; the other ranks leave without it",
               c->liveness->who(dead[0]).c_str(), c->liveness->how(dead[0]));
       return give_up();

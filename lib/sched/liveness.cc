@@ -217,6 +217,15 @@ std::string Liveness::who(int rank) const {
   return "rank " + std::to_string(rank) + " (host " + p.host + ", pid " + std::to_string(p.pid) + ")";
 }
 
+std::string Liveness::who_list(const std::vector<int> &ranks) const {
+  std::string out;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (i > 0) out += i + 1 == ranks.size() ? " and " : ", ";
+    out += who(ranks[i]);
+  }
+  return out;
+}
+
 const char *Liveness::how(int rank) const {
   if (rank < 0 || rank >= static_cast<int>(peers_.size())) return "";
   return peers_[rank].way == Way::Proc ? "its process is gone" : "its connection closed without a goodbye";

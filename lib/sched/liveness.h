@@ -56,6 +56,9 @@ class Liveness {
   int rank() const { return rank_; }
   // "rank 1 (host sc-node0, pid 1234)"
   std::string who(int rank) const;
+  // who() of each of `ranks`: "rank 1 (...)", "rank 1 (...) and rank 3 (...)",
+  // "rank 1 (...), rank 2 (...) and rank 3 (...)".
+  std::string who_list(const std::vector<int> &ranks) const;
   // How rank's death was seen: "its process is gone" / "its connection closed".
   const char *how(int rank) const;
   // Ranks no check covers (BC_LIVENESS=off, or the TCP watch could not start).

@@ -154,7 +154,7 @@ Status Operation::fail_dead(const char *cause) {
     break;
   }
   const Liveness &l = *ctx_.liveness;
-  const std::vector<int> &dead = l.dead();
+  const std::vector<int> dead = l.dead();  // a copy: another thread may add to it
   // Nobody will answer the dead: their transports need not wait in cancel().
   for (int r : dead)
     if (r >= 0 && r < static_cast<int>(ctx_.peer_transport->size()) && (*ctx_.peer_transport)[r])
@@ -162,11 +162,7 @@ Status Operation::fail_dead(const char *cause) {
   cancel();
   // Who died, then (separately) what this rank was waiting for: the two differ
   // whenever this rank waits on a living neighbour that waits on the dead.
-  std::string who;
-  for (size_t i = 0; i < dead.size(); ++i) {
-    if (i > 0) who += i + 1 == dead.size() ? " and " : ", ";
-    who += l.who(dead[i]);
-  }
+  const std::string who = l.who_list(dead);
   return BC_FAIL(BC_ERR_PEER_DEAD, "%s %s during %s (%s). Rank %d was waiting in chunk %lld of %lld:%s%s%s%s",
                  who.c_str(), dead.size() > 1 ? "have died" : "died", kind_name(big_->kind), l.how(dead[0]),
                  l.rank(), static_cast<long long>(chunk), static_cast<long long>(nchunks_),
