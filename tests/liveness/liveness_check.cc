@@ -67,6 +67,17 @@ void write_file(const std::string &path, const std::string &text) {
   std::fclose(f);
 }
 
+// The victim's end: its wall-clock time in DIR/death (renamed into place, so
+// a survivor never reads half of it), then SIGKILL.
+[[noreturn]] void die_now(const std::string &dir) {
+  char text[64];
+  std::snprintf(text, sizeof text, "%.3f\n", now_ms());
+  write_file(dir + "/death.tmp", text);
+  std::rename((dir + "/death.tmp").c_str(), (dir + "/death").c_str());
+  raise(SIGKILL);
+  std::abort();  // SIGKILL cannot be caught; never reached
+}
+
 int usage() {
   std::fprintf(stderr, "usage: liveness_check kill|early|early-nb VICTIM DIR\n");
   return 2;
@@ -124,11 +135,7 @@ int main(int argc, char **argv) {
   if (rank == victim && early) {
     // Before its second call: the survivors' argument agreement waits for it.
     usleep(200 * 1000);  // the survivors are inside their calls by then
-    char text[64];
-    std::snprintf(text, sizeof text, "%.3f\n", now_ms());
-    write_file(dir + "/death.tmp", text);
-    std::rename((dir + "/death.tmp").c_str(), (dir + "/death").c_str());
-    raise(SIGKILL);
+    die_now(dir);
   }
   if (rank == victim) {
     for (int round = 0;; ++round) {
@@ -139,11 +146,7 @@ int main(int argc, char **argv) {
       while (!done && mono_ms() < until)
         if (bc_test(&req, &done) != BC_OK) break;
       if (done) continue;
-      char text[64];
-      std::snprintf(text, sizeof text, "%.3f\n", now_ms());
-      write_file(dir + "/death.tmp", text);
-      std::rename((dir + "/death.tmp").c_str(), (dir + "/death").c_str());
-      raise(SIGKILL);
+      die_now(dir);
     }
   }
   bc_status_t st = BC_OK;
