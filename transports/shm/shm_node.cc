@@ -29,6 +29,7 @@
 #include <ctime>
 #include <new>
 
+#include "core/hash.h"
 #include "core/log.h"
 
 namespace bc {
@@ -53,17 +54,6 @@ struct Made {
 
 std::atomic<uint64_t> g_segments{0};
 
-uint64_t mix(uint64_t x) {  // splitmix64
-  x += 0x9E3779B97F4A7C15ULL;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
-  return x ^ (x >> 31);
-}
-uint64_t fresh_nonce() {
-  static std::atomic<uint64_t> calls{0};
-  return mix(static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) ^
-             (static_cast<uint64_t>(getpid()) << 32) ^ calls.fetch_add(1));
-}
 
 size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
 
