@@ -394,7 +394,6 @@ struct Hello {
   uint32_t net_len;
   uint8_t unreachable;  // bit k: this rank has a peer of kind k it cannot reach (see worker_probe)
   uint8_t pad[3];
-  uint8_t busy[kCommIds / 8];  // ids in use, quarantined or recently released here
 };
 
 }  // namespace
@@ -455,9 +454,10 @@ bool UcxTransport::can_connect(int peer, bc_memtype_t mem) const {
   return peer == rank_ || reach_[peers_[peer].off_node ? 1 : 0];
 }
 
-// Collective: one allgather of every rank's status, address lengths, reach
-// and busy ids, then the addresses. Every rank reaches the same verdict.
-Status UcxTransport::exchange(const TransportSetup &setup, Status local) {
+// Collective: one allgather of every rank's status, address lengths and
+// reach, then the addresses, then the id (ucx_comm_id.cc). Every rank reaches
+// the same verdict.
+Status UcxTransport::exchange(const TransportSetup &setup, Status local, int64_t timeout_ms) {
   const int n = setup.size;
   Hello mine;
   std::memset(&mine, 0, sizeof mine);
@@ -474,10 +474,6 @@ Status UcxTransport::exchange(const TransportSetup &setup, Status local) {
       const int kind = setup.node_of[r] != setup.node_of[setup.rank] ? 1 : 0;
       if (w_->reach[kind] == 0) mine.unreachable |= static_cast<uint8_t>(1 << kind);
     }
-    std::bitset<kCommIds> busy = w_->in_use | w_->quarantined;
-    for (int id : w_->recent) busy.set(static_cast<size_t>(id));
-    for (int id = 0; id < kCommIds; ++id)
-      if (busy.test(static_cast<size_t>(id))) mine.busy[id / 8] |= static_cast<uint8_t>(1 << (id % 8));
   }
   std::vector<Hello> all(static_cast<size_t>(n));
   BC_MPI_CHECK(MPI_Allgather(&mine, sizeof mine, MPI_BYTE, all.data(), sizeof mine, MPI_BYTE, setup.bootstrap));
@@ -490,19 +486,9 @@ Status UcxTransport::exchange(const TransportSetup &setup, Status local) {
     return BC_FAIL(BC_ERR_NOT_SUPPORTED, "ucx could not start on rank %d (its log says why)", r);
   }
   uint8_t unreachable = 0;
-  std::vector<uint8_t> busy(kCommIds / 8, 0);
-  for (int r = 0; r < n; ++r) {
-    unreachable |= all[r].unreachable;
-    for (size_t b = 0; b < busy.size(); ++b) busy[b] |= all[r].busy[b];
-  }
+  for (int r = 0; r < n; ++r) unreachable |= all[r].unreachable;
   reach_[0] = !(unreachable & 1);
   reach_[1] = !(unreachable & 2);
-  int id = -1;
-  for (int i = 0; i < kCommIds && id < 0; ++i)
-    if (!(busy[i / 8] & (1 << (i % 8)))) id = i;
-  if (id < 0)
-    return BC_FAIL(BC_ERR_NOT_SUPPORTED, "ucx: all %d communicator ids are in use on some rank (destroy "
-                   "communicators, or the ones broken by failures keep theirs)", kCommIds);
 
   std::vector<int> counts(n), displs(n);
   uint64_t total = 0;
@@ -533,8 +519,9 @@ Status UcxTransport::exchange(const TransportSetup &setup, Status local) {
     const unsigned char *a = addrs.data() + displs[r] + (p.off_node ? all[r].full_len : 0);
     p.address.assign(a, a + (p.off_node ? all[r].net_len : all[r].full_len));
   }
-  std::lock_guard<std::recursive_mutex> lock(w_->mutex);
-  w_->in_use.set(static_cast<size_t>(id));
+  // Last: the id is in use from here, and the destructor gives it back.
+  int id = -1;
+  BC_CHECK(ucx_agree_comm_id(w_, setup.bootstrap, timeout_ms, &id));
   comm_id_ = id;
   return BC_OK;
 }
@@ -547,11 +534,11 @@ Status ucx_transport_create(const TransportSetup &setup, std::unique_ptr<Transpo
   t->rank_ = setup.rank;
   t->size_ = setup.size;
   bool event_mode = false;
-  int64_t rndv_thresh = 512 << 10;
+  int64_t rndv_thresh = 512 << 10, timeout = 0;
   if (setup.params) {
     event_mode = setup.params->get_str(ParamId::UcxWait) == "event";
     rndv_thresh = setup.params->get_int(ParamId::UcxRndvThresh);
-    const int64_t timeout = setup.params->get_int(ParamId::Timeout);
+    timeout = setup.params->get_int(ParamId::Timeout);
     if (timeout > 0 && timeout < t->close_timeout_ms_) t->close_timeout_ms_ = static_cast<int>(timeout);
   }
   const auto t0 = Clock::now();
@@ -567,7 +554,7 @@ Status ucx_transport_create(const TransportSetup &setup, std::unique_ptr<Transpo
   }
   const auto t1 = Clock::now();
   // Collective from here on: every rank learns whether UCX came up everywhere.
-  BC_CHECK(t->exchange(setup, local));
+  BC_CHECK(t->exchange(setup, local, timeout));
   if (setup.rank == 0 && log_enabled(LogLevel::Info, LogSys::Init)) {
     const auto ms = [](Clock::time_point a, Clock::time_point b) {
       return std::chrono::duration<double, std::milli>(b - a).count();

@@ -22,7 +22,8 @@
 //    communicator's endpoint on the peer. One endpoint per peer process, kept
 //    until the worker goes, cannot mis-pair.
 //  - Isolation: the low 32 bits of UCX's 64-bit tag are the communicator's id
-//    (kCommIdBits, agreed at creation: free on every member) above the source
+//    (kCommIdBits, agreed at creation: free on every member, and offered to
+//    no other creation running at the same time, ucx_comm_id.cc) above the source
 //    rank (kRankBits). A communicator whose operation failed or was cancelled
 //    may leave messages in flight toward its members; its id is then never
 //    reused in this process (quarantined) and the messages already in the
@@ -91,6 +92,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -155,6 +157,10 @@ struct UcxWorker {
   std::vector<std::unique_ptr<UcxSharedEp>> all_eps;
   std::bitset<kCommIds> in_use, quarantined;
   std::deque<int> recent;  // ids released lately: reported busy, so reused last
+  // Creations agreeing on an id right now (ucx_comm_id.cc): the ids offered to
+  // one of them, which no other may be offered, and the keys of those retrying.
+  std::bitset<kCommIds> offered;
+  std::multiset<uint64_t> retry_keys;
   // Receive buffers of drained rendezvous messages UCX may still write into,
   // and those receives while in progress: the worker must not be destroyed
   // under them (a same-node cma endpoint asserts that nothing is pending).
@@ -171,6 +177,13 @@ struct UcxWorker {
   bool drain_stop = false;
   std::atomic<int64_t> last_send_ns{0};
 };
+
+// Agrees with the other ranks of `bootstrap` on a communicator id free on
+// every one of them that no creation running at the same time in their
+// processes can take, and marks it in use in `w` (ucx_comm_id.cc). Collective
+// over `bootstrap`; BC_ERR_TIMEOUT after `timeout_ms` of other creations
+// holding the free ids (0: no limit).
+Status ucx_agree_comm_id(UcxWorker *w, MPI_Comm bootstrap, int64_t timeout_ms, int *id);
 
 // Progresses `worker` until every request in `reqs` is done or `ms` pass
 // (resting as WaitPolicy::poll_until does when nothing moves), then frees them
@@ -216,7 +229,7 @@ class UcxTransport final : public Transport {
   UcxTransport() = default;
 
   static void on_ep_error(void *arg, ucp_ep_h ep, ucs_status_t status);
-  Status exchange(const TransportSetup &setup, Status local);
+  Status exchange(const TransportSetup &setup, Status local, int64_t timeout_ms);
   Status ensure_ep(int peer);
   ucs_status_t peer_failed(int peer) const;
   ucp_tag_t make_tag(uint32_t tag, int source) const;
