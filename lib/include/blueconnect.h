@@ -17,6 +17,13 @@
  * Memory type: buffers are host memory unless the library was built with
  * CUDA and the pointer is a device pointer (detected per call), or the _mem
  * variants declare it.
+ *
+ * Threads: after MPI_Init_thread(MPI_THREAD_MULTIPLE), threads may call the
+ * library at the same time on different communicators: create, all-reduce
+ * (blocking or not) and destroy. One communicator's calls come from one
+ * thread at a time and in the same order on every rank, as MPI asks of its
+ * collectives. Call bc_init and bc_finalize from one thread, before and
+ * after the others' calls.
  */
 #ifndef BLUECONNECT_H
 #define BLUECONNECT_H
