@@ -20,7 +20,12 @@
 // the retrying creation with the smallest key is offered every free id on
 // each of its members once the rounds in flight there end, and takes one. A
 // creation alone in its processes takes an id in its first round, as before:
-// one allgather of 256 bytes a rank.
+// one allgather of 272 bytes a rank.
+//
+// An offer of every free id is held only for one allgather, and every member
+// reaches it soon: the round runs after the creation's address exchange, so
+// all of them are already inside this creation (a rank that comes late to a
+// creation waits in its earlier collectives, holding nothing here).
 #include <mpi.h>
 
 #include <bitset>
