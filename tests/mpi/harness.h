@@ -50,7 +50,7 @@ inline std::string describe(bc_comm_t comm) {
 
 // Element values are small integers ("logical" values), exact in every dtype,
 // so any reduction order gives the same bits.
-// Rank 0 gets every rank's `line` (cut to max_len), one per row in rank
+// Rank 0 gets every rank's `line` (cut to max_len bytes), one per row in rank
 // order, for a report of what each rank saw; other ranks get "".
 inline std::string gather_lines(std::string line, size_t max_len = 600) {
   line.resize(max_len, '\0');
@@ -59,7 +59,11 @@ inline std::string gather_lines(std::string line, size_t max_len = 600) {
              MPI_COMM_WORLD);
   std::string out;
   if (world_rank() != 0) return out;
-  for (int k = 0; k < world_size(); ++k) out += "\n  " + std::string(all.data() + static_cast<size_t>(k) * max_len);
+  // Bounded: a line of max_len bytes or more arrives without its NUL.
+  for (int k = 0; k < world_size(); ++k) {
+    const char *row = all.data() + static_cast<size_t>(k) * max_len;
+    out += "\n  " + std::string(row, strnlen(row, max_len));
+  }
   return out;
 }
 

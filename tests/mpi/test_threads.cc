@@ -147,7 +147,7 @@ TEST_CASE("threads: each thread all-reduces on communicators of its own, all at 
           threads.emplace_back([&errors, &comms, k] { errors[k] = run_thread(k, comms[k], 3); });
         for (std::thread &th : threads) th.join();
         const bool ok = std::all_of(errors.begin(), errors.end(), [](const std::string &e) { return e.empty(); });
-        const std::string report = gather_lines(failures(errors));
+        const std::string report = gather_lines(failures(errors), 1500);
         INFO(report);
         CHECK(everywhere(ok));
       }
@@ -198,7 +198,7 @@ TEST_CASE("threads: communicators created, used and destroyed in threads at once
       continue;
     }
     const bool ok = !skip && std::all_of(errors.begin(), errors.end(), [](const std::string &e) { return e.empty(); });
-    const std::string report = gather_lines(failures(errors));
+    const std::string report = gather_lines(failures(errors), 1500);
     INFO(report);
     CHECK(everywhere(ok));
   }
