@@ -18,9 +18,13 @@
 // retrying has a smaller key (a random number its rank 0 drew, the same on
 // every member); in its first round, only when none is retrying at all. So
 // the retrying creation with the smallest key is offered every free id on
-// each of its members once the rounds in flight there end, and takes one. A
-// creation alone in its processes takes an id in its first round, as before:
-// one allgather of 272 bytes a rank.
+// each of its members once the rounds in flight there end, and takes one.
+//
+// Cost: the first round rides on the creation's first allgather (ucx_setup.cc,
+// Hello), so a creation alone in its processes takes its id with no
+// collective of its own, as before; only a creation that found no common id
+// runs rounds of its own. A round of its own on 4 simulated nodes cost about
+// 1.3 ms of a 25 ms creation.
 //
 // An offer of every free id is held only for one allgather, and every member
 // reaches it soon: the round runs after the creation's address exchange, so
@@ -46,15 +50,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using IdSet = std::bitset<kCommIds>;
 
-// What each rank sends in a round.
-struct IdRound {
-  uint64_t key;      // rank 0's is the creation's key (first round)
-  int32_t give_up;   // this rank's BC_TIMEOUT passed while retrying
-  int32_t pad;
-  uint8_t busy[kCommIds / 8];   // in use, quarantined or recently released here
-  uint8_t offer[kCommIds / 8];  // offered to this creation here
-};
-
 void to_bytes(const IdSet &set, uint8_t *bytes) {
   std::memset(bytes, 0, kCommIds / 8);
   for (int id = 0; id < kCommIds; ++id)
@@ -63,88 +58,70 @@ void to_bytes(const IdSet &set, uint8_t *bytes) {
 
 bool has(const uint8_t *bytes, int id) { return (bytes[id / 8] >> (id % 8)) & 1; }
 
-// This creation's offer and its place among the retrying ones, withdrawn on
-// every way out.
-class Offer {
- public:
-  explicit Offer(UcxWorker *w) : w_(w) {}
-  ~Offer() {
-    std::lock_guard<std::recursive_mutex> lock(w_->mutex);
-    w_->offered &= ~mine_;
-    if (waiting_) w_->retry_keys.erase(w_->retry_keys.find(key_));
-  }
-  // Fills this rank's part of a round (under the worker's mutex).
-  void make(int attempt, IdRound *round) {
-    std::lock_guard<std::recursive_mutex> lock(w_->mutex);
-    IdSet busy = w_->in_use | w_->quarantined;
-    for (int id : w_->recent) busy.set(static_cast<size_t>(id));
-    const bool may_offer = waiting_ ? *w_->retry_keys.begin() == key_ : w_->retry_keys.empty();
-    mine_ = may_offer ? ~(busy | w_->offered) : IdSet();
-    w_->offered |= mine_;
-    to_bytes(busy, round->busy);
-    to_bytes(mine_, round->offer);
-    round->key = attempt == 0 ? fresh_nonce() : key_;
-  }
-  // Ends a round: the offer goes back, and `id` (if >= 0) is taken, in one
-  // step, so that no other creation here can be offered it in between.
-  void end_round(int id) {
-    std::lock_guard<std::recursive_mutex> lock(w_->mutex);
-    w_->offered &= ~mine_;
-    mine_.reset();
-    if (id >= 0) w_->in_use.set(static_cast<size_t>(id));
-  }
-  void wait_with_key(uint64_t key) {
-    if (waiting_) return;
-    std::lock_guard<std::recursive_mutex> lock(w_->mutex);
-    key_ = key;
-    waiting_ = true;
-    w_->retry_keys.insert(key_);
-  }
-
- private:
-  UcxWorker *w_;
-  IdSet mine_;
-  uint64_t key_ = 0;
-  bool waiting_ = false;
-};
-
 }  // namespace
 
-Status ucx_agree_comm_id(UcxWorker *w, MPI_Comm bootstrap, int64_t timeout_ms, int *id) {
+UcxIdAgreement::~UcxIdAgreement() {
+  std::lock_guard<std::recursive_mutex> lock(w_->mutex);
+  w_->offered &= ~mine_;
+  if (waiting_) w_->retry_keys.erase(w_->retry_keys.find(key_));
+}
+
+void UcxIdAgreement::make(int round, UcxIdRound *part) {
+  std::memset(part, 0, sizeof *part);
+  std::lock_guard<std::recursive_mutex> lock(w_->mutex);
+  IdSet busy = w_->in_use | w_->quarantined;
+  for (int id : w_->recent) busy.set(static_cast<size_t>(id));
+  const bool may_offer = waiting_ ? *w_->retry_keys.begin() == key_ : w_->retry_keys.empty();
+  mine_ = may_offer ? ~(busy | w_->offered) : IdSet();
+  w_->offered |= mine_;
+  to_bytes(busy, part->busy);
+  to_bytes(mine_, part->offer);
+  part->key = round == 0 ? fresh_nonce() : key_;
+}
+
+void UcxIdAgreement::end_round(int id) {
+  std::lock_guard<std::recursive_mutex> lock(w_->mutex);
+  w_->offered &= ~mine_;
+  mine_.reset();
+  if (id >= 0) w_->in_use.set(static_cast<size_t>(id));
+}
+
+void UcxIdAgreement::first_round(UcxIdRound *part) {
+  start_ = Clock::now();
+  make(0, part);
+}
+
+Status UcxIdAgreement::finish(std::vector<UcxIdRound> all, MPI_Comm bootstrap, int64_t timeout_ms, int *id) {
   *id = -1;
-  int n = 0;
-  BC_MPI_CHECK(MPI_Comm_size(bootstrap, &n));
-  Offer offer(w);
-  const auto start = Clock::now();
-  std::vector<IdRound> all(static_cast<size_t>(n));
-  for (int attempt = 0;; ++attempt) {
-    IdRound mine;
-    std::memset(&mine, 0, sizeof mine);
-    offer.make(attempt, &mine);
-    const double waited_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
-    mine.give_up = attempt > 0 && timeout_ms > 0 && waited_ms > static_cast<double>(timeout_ms);
-    const int rc = MPI_Allgather(&mine, sizeof mine, MPI_BYTE, all.data(), sizeof mine, MPI_BYTE, bootstrap);
-    if (rc != MPI_SUCCESS) {
-      offer.end_round(-1);
-      BC_MPI_CHECK(rc);
+  for (int round = 0;; ++round) {
+    if (round > 0) {
+      UcxIdRound mine;
+      make(round, &mine);
+      const double waited_ms = std::chrono::duration<double, std::milli>(Clock::now() - start_).count();
+      mine.give_up = timeout_ms > 0 && waited_ms > static_cast<double>(timeout_ms);
+      const int rc = MPI_Allgather(&mine, sizeof mine, MPI_BYTE, all.data(), sizeof mine, MPI_BYTE, bootstrap);
+      if (rc != MPI_SUCCESS) {
+        end_round(-1);
+        BC_MPI_CHECK(rc);
+      }
     }
     bool any_free = false, give_up = false;
     int agreed = -1;
     for (int i = 0; i < kCommIds; ++i) {
       bool busy = false, offered = true;
-      for (const IdRound &r : all) {
+      for (const UcxIdRound &r : all) {
         busy = busy || has(r.busy, i);
         offered = offered && has(r.offer, i);
       }
       any_free = any_free || !busy;
       if (offered && agreed < 0) agreed = i;
     }
-    for (const IdRound &r : all) give_up = give_up || r.give_up;
-    offer.end_round(agreed);
+    for (const UcxIdRound &r : all) give_up = give_up || r.give_up;
+    end_round(agreed);
     if (agreed >= 0) {
-      if (attempt > 0)
+      if (round > 0)
         BC_DEBUGLOG(Transport, "ucx: communicator id %d agreed in round %d (other creations ran at the same time)",
-                    agreed, attempt + 1);
+                    agreed, round + 1);
       *id = agreed;
       return BC_OK;
     }
@@ -153,12 +130,17 @@ Status ucx_agree_comm_id(UcxWorker *w, MPI_Comm bootstrap, int64_t timeout_ms, i
                      "communicators, or the ones broken by failures keep theirs)", kCommIds);
     if (give_up)
       return BC_FAIL(BC_ERR_TIMEOUT, "ucx: no communicator id agreed in %d rounds (%.0f ms, BC_TIMEOUT): other "
-                     "communicators were being created at the same time in these processes all along", attempt + 1,
-                     waited_ms);
+                     "communicators were being created at the same time in these processes all along", round + 1,
+                     std::chrono::duration<double, std::milli>(Clock::now() - start_).count());
     // Free ids exist but other creations held them here or on another
     // member: wait our turn by key (the same on every member), and try again.
-    offer.wait_with_key(all[0].key);
-    std::this_thread::sleep_for(std::chrono::microseconds(100 << (attempt < 5 ? attempt : 5)));
+    if (!waiting_) {
+      std::lock_guard<std::recursive_mutex> lock(w_->mutex);
+      key_ = all[0].key;
+      waiting_ = true;
+      w_->retry_keys.insert(key_);
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(100 << (round < 5 ? round : 5)));
   }
 }
 

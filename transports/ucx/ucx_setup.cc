@@ -394,6 +394,7 @@ struct Hello {
   uint32_t net_len;
   uint8_t unreachable;  // bit k: this rank has a peer of kind k it cannot reach (see worker_probe)
   uint8_t pad[3];
+  UcxIdRound id;  // the first round of the id agreement (UcxIdAgreement)
 };
 
 }  // namespace
@@ -454,9 +455,10 @@ bool UcxTransport::can_connect(int peer, bc_memtype_t mem) const {
   return peer == rank_ || reach_[peers_[peer].off_node ? 1 : 0];
 }
 
-// Collective: one allgather of every rank's status, address lengths and
-// reach, then the addresses, then the id (ucx_comm_id.cc). Every rank reaches
-// the same verdict.
+// Collective: one allgather of every rank's status, address lengths, reach
+// and the id agreement's first round, then the addresses (and more id rounds
+// only when other creations ran at the same time: ucx_comm_id.cc). Every rank
+// reaches the same verdict.
 Status UcxTransport::exchange(const TransportSetup &setup, Status local, int64_t timeout_ms) {
   const int n = setup.size;
   Hello mine;
@@ -465,7 +467,10 @@ Status UcxTransport::exchange(const TransportSetup &setup, Status local, int64_t
     local = BC_FAIL(BC_ERR_NOT_SUPPORTED, "ucx: communicators of more than %d ranks are not supported (%d)",
                     1 << kRankBits, n);
   mine.status = local;
+  std::unique_ptr<UcxIdAgreement> ids;
   if (local == BC_OK) {
+    ids.reset(new UcxIdAgreement(w_));
+    ids->first_round(&mine.id);
     std::lock_guard<std::recursive_mutex> lock(w_->mutex);
     mine.full_len = static_cast<uint32_t>(w_->full.size());
     mine.net_len = static_cast<uint32_t>(w_->net.size());
@@ -520,8 +525,10 @@ Status UcxTransport::exchange(const TransportSetup &setup, Status local, int64_t
     p.address.assign(a, a + (p.off_node ? all[r].net_len : all[r].full_len));
   }
   // Last: the id is in use from here, and the destructor gives it back.
+  std::vector<UcxIdRound> first(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) first[r] = all[r].id;
   int id = -1;
-  BC_CHECK(ucx_agree_comm_id(w_, setup.bootstrap, timeout_ms, &id));
+  BC_CHECK(ids->finish(std::move(first), setup.bootstrap, timeout_ms, &id));
   comm_id_ = id;
   return BC_OK;
 }

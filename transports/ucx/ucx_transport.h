@@ -178,12 +178,40 @@ struct UcxWorker {
   std::atomic<int64_t> last_send_ns{0};
 };
 
-// Agrees with the other ranks of `bootstrap` on a communicator id free on
-// every one of them that no creation running at the same time in their
-// processes can take, and marks it in use in `w` (ucx_comm_id.cc). Collective
-// over `bootstrap`; BC_ERR_TIMEOUT after `timeout_ms` of other creations
-// holding the free ids (0: no limit).
-Status ucx_agree_comm_id(UcxWorker *w, MPI_Comm bootstrap, int64_t timeout_ms, int *id);
+// What each rank sends in a round of a communicator's id agreement.
+struct UcxIdRound {
+  uint64_t key;     // rank 0's is the creation's key, which orders retries
+  int32_t give_up;  // this rank's BC_TIMEOUT passed while retrying
+  int32_t pad;
+  uint8_t busy[kCommIds / 8];   // in use, quarantined or recently released here
+  uint8_t offer[kCommIds / 8];  // offered to this creation here
+};
+
+// A creation's agreement with the other ranks of its communicator on an id
+// free on every one of them that no creation running at the same time in
+// their processes can take (ucx_comm_id.cc says how). The first round rides on
+// the creation's own first allgather: first_round() fills this rank's part
+// before it, finish() decides from every rank's part after it (collective
+// over `bootstrap` only when it needs more rounds) and marks the id in use in
+// the worker; BC_ERR_TIMEOUT when rounds keep failing for `timeout_ms` (0: no
+// limit). An offer not taken is withdrawn at the latest by the destructor.
+class UcxIdAgreement {
+ public:
+  explicit UcxIdAgreement(UcxWorker *w) : w_(w) {}
+  ~UcxIdAgreement();
+  void first_round(UcxIdRound *part);
+  Status finish(std::vector<UcxIdRound> all, MPI_Comm bootstrap, int64_t timeout_ms, int *id);
+
+ private:
+  void make(int round, UcxIdRound *part);
+  void end_round(int id);  // withdraws the offer and takes `id` (if >= 0) in one step
+
+  UcxWorker *w_;
+  std::bitset<kCommIds> mine_;
+  uint64_t key_ = 0;
+  bool waiting_ = false;
+  std::chrono::steady_clock::time_point start_;
+};
 
 // Progresses `worker` until every request in `reqs` is done or `ms` pass
 // (resting as WaitPolicy::poll_until does when nothing moves), then frees them
