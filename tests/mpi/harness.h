@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <stdexcept>
@@ -36,6 +37,15 @@ inline bool everywhere(bool ok, MPI_Comm comm = MPI_COMM_WORLD) {
   int local = ok ? 1 : 0, all = 0;
   MPI_Allreduce(&local, &all, 1, MPI_INT, MPI_LAND, comm);
   return all != 0;
+}
+
+// The transports a test loops over: the one a forced run names
+// (tests/meson.build sets BC_TRANSPORT), else `unforced` (by default auto and
+// ucx, the two whose communicators share a process's UCX worker).
+inline std::vector<std::string> transports_to_try(std::vector<std::string> unforced = {"auto", "ucx"}) {
+  const char *forced = std::getenv("BC_TRANSPORT");
+  if (forced && *forced) return {forced};
+  return unforced;
 }
 
 // bc_comm_describe's text for a 1024-float all-reduce on `comm` ("" if it fails).

@@ -6,7 +6,6 @@
 // communicator's sequence starts at 0).
 #include <catch2/catch.hpp>
 
-#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -15,13 +14,6 @@
 using namespace bctest;
 
 namespace {
-
-// Transports to try: the forced one (tests/meson.build), else auto and ucx.
-std::vector<std::string> transports() {
-  const char *forced = std::getenv("BC_TRANSPORT");
-  if (forced && *forced) return {forced};
-  return {"auto", "ucx"};
-}
 
 // Rank r's input for communicator k: element i is (r + 1) * (k + 1) + i.
 std::vector<int32_t> input(int r, int k, int64_t n) {
@@ -45,7 +37,7 @@ TEST_CASE("communicators alive at once keep their messages apart, and many come 
   // (a non-blocking collective per call, the request's first phase) must not
   // turn into a wait for each other.
   for (const char *check : {"0", "1"})
-  for (const std::string &t : transports()) {
+  for (const std::string &t : transports_to_try()) {
     const std::string options = "BC_TRANSPORT=" + t + ";BC_TIMEOUT=20s;BC_CHECK_ARGS=" + check;
     INFO("options " << options);
     // Three at once, each with an operation in flight started in a different

@@ -3,7 +3,6 @@
 // expect; docs/TESTING.md how these run.
 #include <catch2/catch.hpp>
 
-#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -20,14 +19,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// The transports a test loops over; under a run that forces one
-// (tests/meson.build), that one only.
-std::vector<std::string> transports_to_try() {
-  std::vector<std::string> all = {"auto", "mpi", "shm", "ucx"};
-  const char *forced = std::getenv("BC_TRANSPORT");
-  if (forced && std::find(all.begin(), all.end(), forced) != all.end()) return {forced};
-  return all;
-}
+// Every transport, or the forced one (harness.h).
+const std::vector<std::string> kAllTransports = {"auto", "mpi", "shm", "ucx"};
 
 // What one rank saw.
 struct Outcome {
@@ -168,7 +161,7 @@ TEST_CASE("with BC_CHECK_ARGS=1 every rank reports a mismatch at once, naming th
       {"iallreduce, the last rank's recvbuf is NULL", irefuse, iall, true, BC_ERR_INVALID_ARG,
        "rank " + last + " refused its own arguments", ""},
   };
-  for (const std::string &transport : transports_to_try()) {
+  for (const std::string &transport : transports_to_try(kAllTransports)) {
     const std::string options = "BC_TRANSPORT=" + transport + ";BC_CHECK_ARGS=1;BC_TIMEOUT=60s";
     bc_comm_t comm = create_on_transport(options, transport);
     if (!comm) continue;
@@ -242,7 +235,7 @@ TEST_CASE("with BC_CHECK_ARGS=0 a mismatch is a size error or a timeout, never w
   const Fault faults[] = {{"rank 0 passes half the count", half},
                           {"rank 0 passes int64, the others int32", i64},
                           {"rank 0 passes count 0, the others 1000", zero}};
-  for (const std::string &transport : transports_to_try()) {
+  for (const std::string &transport : transports_to_try(kAllTransports)) {
     const std::string options = "BC_TRANSPORT=" + transport + ";BC_CHECK_ARGS=0;BC_TIMEOUT=1s";
     for (const Fault &f : faults) {
       bc_comm_t comm = create_on_transport(options, transport);

@@ -12,7 +12,6 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
-#include <cstdlib>
 #include <string>
 #include <thread>
 #include <vector>
@@ -24,13 +23,6 @@ using namespace bctest;
 namespace {
 
 constexpr int kThreads = 3;
-
-// Transports to try: the forced one (tests/meson.build), else auto and ucx.
-std::vector<std::string> transports() {
-  const char *forced = std::getenv("BC_TRANSPORT");
-  if (forced && *forced) return {forced};
-  return {"auto", "ucx"};
-}
 
 // The MPI communicators the threads use, made on the main thread in the same
 // order on every rank: the world, the world in reverse rank order, and halves
@@ -120,7 +112,7 @@ std::string failures(const std::vector<std::string> &errors) {
 }  // namespace
 
 TEST_CASE("threads: each thread all-reduces on communicators of its own, all at once", "[threads]") {
-  for (const std::string &t : transports())
+  for (const std::string &t : transports_to_try())
     for (const char *progress : {"0", "1"}) {
       const std::string options = "BC_TRANSPORT=" + t + ";BC_TIMEOUT=60s;BC_PROGRESS_THREAD=" + progress;
       INFO("options " << options);
@@ -159,7 +151,7 @@ TEST_CASE("threads: each thread all-reduces on communicators of its own, all at 
 }
 
 TEST_CASE("threads: communicators created, used and destroyed in threads at once", "[threads]") {
-  for (const std::string &t : transports()) {
+  for (const std::string &t : transports_to_try()) {
     const std::string options = "BC_TRANSPORT=" + t + ";BC_TIMEOUT=60s";
     INFO("options " << options);
     MPI_Comm parents[kThreads];
