@@ -33,5 +33,5 @@ PYBIND11_MODULE(_C, m) {
   m.def("abort", &bctorch::abort_job, py::arg("code"),
         "MPI_Abort(MPI_COMM_WORLD, code) when MPI is up; nothing otherwise");
   m.def("shutdown", &bctorch::shutdown, py::call_guard<py::gil_scoped_release>(),
-        "Drains the communication thread, frees the communicators, finalises BlueConnect and MPI");
+        "Drains the communication threads, frees the communicators, finalises BlueConnect and MPI");
 }

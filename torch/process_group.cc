@@ -43,28 +43,30 @@ void check_mpi(int rc, const char *what) {
 }
 
 // ---------------------------------------------------------------------------
-// The process-wide state: MPI, bc_init, the communication thread and every
-// group's communicators (destroyed together at shutdown, in creation order).
-
-struct Engine {
-  // A queued operation. By default every operation runs to completion on the
-  // communication thread, one at a time, in the order issued (all-reduces
-  // with bc_allreduce): the caller's thread goes on meanwhile, so DDP's
-  // bucket all-reduces still overlap the backward pass. Several all-reduces
-  // in flight at once (bc_iallreduce, moved by the communicator's progress
-  // thread; set_nonblocking("always")) were slower wherever measured
-  // (2026-12-02, 8 ranks on 2 cores): DDP resnet18 on the simulated 4 nodes
-  // x 2 ranks took 2.8-3.2 s per step against 2.69 s one at a time (Gloo:
-  // 3.07 s); on one node 479 against 436 ms; 14 small async all-reduces
-  // (4-256 KiB) 0.9-1.1 against 0.51-0.55 ms at np 2 and a wash at np 8. The
-  // buckets share the same links and cores, so running them together only
-  // delays the first.
+// A communication thread and its queue. Each group has its own when MPI gives
+// MPI_THREAD_MULTIPLE (as Gloo has a thread per group), so operations on
+// different groups never wait for each other and processes may issue them in
+// different orders; one thread serves every group under a lower level, since
+// MPI then takes one thread's calls at a time (docs/TORCH.md).
+//
+// By default every operation runs to completion on its group's thread, one at
+// a time, in the order issued (all-reduces with bc_allreduce): the caller's
+// thread goes on meanwhile, so DDP's bucket all-reduces still overlap the
+// backward pass. Several all-reduces in flight at once (bc_iallreduce, moved
+// by the communicator's progress thread; set_nonblocking("always")) were
+// slower wherever measured (2026-12-02, 8 ranks on 2 cores): DDP resnet18 on
+// the simulated 4 nodes x 2 ranks took 2.8-3.2 s per step against 2.69 s one
+// at a time (Gloo: 3.07 s); on one node 479 against 436 ms; 14 small async
+// all-reduces (4-256 KiB) 0.9-1.1 against 0.51-0.55 ms at np 2 and a wash at
+// np 8. The buckets share the same links and cores, so running them together
+// only delays the first.
+struct CommThread {
   struct Task {
     std::function<void()> fn;     // runs the operation to completion
     std::function<void()> start;  // or starts it non-blocking (null: no such path)
   };
-  // Started on the communication thread, advanced by the communicator's
-  // progress thread (BC_PROGRESS_THREAD=1), completed here by bc_test.
+  // Started on this thread, advanced by the communicator's progress thread
+  // (BC_PROGRESS_THREAD=1), completed here by bc_test.
   struct InFlight {
     bc_request_t req;
     std::function<void(std::exception_ptr)> done;
@@ -73,28 +75,18 @@ struct Engine {
   std::mutex mu;
   std::condition_variable cv;
   std::deque<Task> queue;
-  std::deque<InFlight> in_flight;  // the communication thread's only
+  std::deque<InFlight> in_flight;  // this thread's only
   std::thread thread;
   bool stopping = false;
   bool started = false;
-  bool initialised = false;
-  bool shut_down = false;
-  bool we_initialised_mpi = false;
-  int thread_level = MPI_THREAD_SINGLE;
-  int world_rank = 0, world_size = 1;
-  std::vector<std::function<void()>> destroyers;  // per group, creation order
-  // 0: auto (one at a time, above), 1: every all-reduce non-blocking beside
-  // those in flight (tests of that path), 2: none (the same as auto today).
-  std::atomic<int> nonblocking_mode{0};
-  std::atomic<uint64_t> nonblocking_started{0};
 
-  // How often the communication thread looks at the requests in flight: from
-  // kPollMin, doubling while none completes, up to kPollMax. Waking every
-  // 200 us throughout made a 24 MiB all-reduce on the simulated cluster of 4
-  // nodes x 2 ranks take 2.5-3.6 s instead of 1.3 s: with 8 ranks on 2 cores
-  // each wake-up preempts a rank's progress thread (or a peer's) in the
-  // middle of the transfer. Polling every 1 ms cost nothing measurable; the
-  // cap bounds what a completion waits to be noticed.
+  // How often the thread looks at the requests in flight: from kPollMin,
+  // doubling while none completes, up to kPollMax. Waking every 200 us
+  // throughout made a 24 MiB all-reduce on the simulated cluster of 4 nodes x
+  // 2 ranks take 2.5-3.6 s instead of 1.3 s: with 8 ranks on 2 cores each
+  // wake-up preempts a rank's progress thread (or a peer's) in the middle of
+  // the transfer. Polling every 1 ms cost nothing measurable; the cap bounds
+  // what a completion waits to be noticed.
   static constexpr std::chrono::microseconds kPollMin{200}, kPollMax{2000};
 
   // Tests every request in flight once; completes those done or failed.
@@ -105,17 +97,9 @@ struct Engine {
       int done = 0;
       bc_status_t st = bc_test(&it->req, &done);
       if (st != BC_OK || done) {
-        std::exception_ptr err;
-        if (st != BC_OK) {
-          try {
-            check_bc(st, "allreduce");
-          } catch (...) {
-            err = std::current_exception();
-          }
-        }
         auto finish = std::move(it->done);
         it = in_flight.erase(it);
-        finish(err);
+        finish(allreduce_error(st));
         ++completed;
       } else {
         ++it;
@@ -128,20 +112,21 @@ struct Engine {
     while (!in_flight.empty()) {
       InFlight f = std::move(in_flight.front());
       in_flight.pop_front();
-      bc_status_t st = bc_wait(&f.req);
-      std::exception_ptr err;
-      if (st != BC_OK) {
-        try {
-          check_bc(st, "allreduce");
-        } catch (...) {
-          err = std::current_exception();
-        }
-      }
-      f.done(err);
+      f.done(allreduce_error(bc_wait(&f.req)));
     }
   }
 
-  void loop() {
+  static std::exception_ptr allreduce_error(bc_status_t st) {
+    if (st == BC_OK) return nullptr;
+    try {
+      check_bc(st, "allreduce");
+    } catch (...) {
+      return std::current_exception();
+    }
+    return nullptr;
+  }
+
+  void loop(const std::atomic<int> &nonblocking_mode, std::atomic<uint64_t> &nonblocking_started) {
     std::chrono::microseconds poll = kPollMin;
     for (;;) {
       Task task;
@@ -165,8 +150,7 @@ struct Engine {
         }
       }
       if (have) {  // neither throws: each task catches its own exceptions
-        int mode = nonblocking_mode.load();
-        if (task.start && mode == 1) {
+        if (task.start && nonblocking_mode.load() == 1) {
           ++nonblocking_started;
           task.start();
         } else {
@@ -178,23 +162,67 @@ struct Engine {
     }
   }
 
-  void submit(std::function<void()> fn, std::function<void()> start = nullptr) {
+  // Queues a task; the thread starts with the first. `run_loop` runs on it.
+  void submit(std::function<void()> fn, std::function<void()> start, const std::function<void()> &run_loop) {
     std::lock_guard<std::mutex> lock(mu);
-    if (shut_down || stopping) fail("the backend was shut down (at interpreter exit); no more calls");
+    if (stopping) fail("the backend was shut down (at interpreter exit); no more calls");
     if (!started) {
-      thread = std::thread([this] { loop(); });
+      thread = std::thread(run_loop);
       started = true;
     }
     queue.push_back(Task{std::move(fn), std::move(start)});
     cv.notify_one();
   }
 
-  // Runs `f` on the communication thread and waits for it; its exception
-  // comes back here.
-  void run_sync(std::function<void()> f) {
+  // Lets the thread finish what was queued and joins it.
+  void stop() {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      stopping = true;
+      cv.notify_all();
+    }
+    if (started) thread.join();
+  }
+};
+
+// The process-wide state: MPI, bc_init, the communication threads and every
+// group's communicators (destroyed together at shutdown, in creation order).
+struct Engine {
+  std::mutex mu;
+  bool initialised = false;
+  bool shut_down = false;
+  bool we_initialised_mpi = false;
+  int thread_level = MPI_THREAD_SINGLE;
+  int world_rank = 0, world_size = 1;
+  std::vector<std::function<void()>> destroyers;  // per group, creation order
+  // Every communication thread, in creation order (never freed: Python may
+  // drop groups after the exit handlers ran). Below MPI_THREAD_MULTIPLE
+  // only the first, shared by every group.
+  std::vector<CommThread *> threads;
+  // 0: auto (one at a time, above), 1: every all-reduce non-blocking beside
+  // those in flight (tests of that path), 2: none (the same as auto today).
+  std::atomic<int> nonblocking_mode{0};
+  std::atomic<uint64_t> nonblocking_started{0};
+
+  // The communication thread for a new group.
+  CommThread *thread_for_group() {
+    std::lock_guard<std::mutex> lock(mu);
+    if (shut_down) fail("the backend was shut down (at interpreter exit)");
+    if (thread_level < MPI_THREAD_MULTIPLE && !threads.empty()) return threads.front();
+    threads.push_back(new CommThread());
+    return threads.back();
+  }
+
+  void submit(CommThread &t, std::function<void()> fn, std::function<void()> start = nullptr) {
+    CommThread *tp = &t;
+    t.submit(std::move(fn), std::move(start), [this, tp] { tp->loop(nonblocking_mode, nonblocking_started); });
+  }
+
+  // Runs `f` on thread `t` and waits for it; its exception comes back here.
+  void run_sync(CommThread &t, std::function<void()> f) {
     auto done = std::make_shared<std::promise<void>>();
     std::future<void> fut = done->get_future();
-    submit([f = std::move(f), done] {
+    submit(t, [f = std::move(f), done] {
       try {
         f();
         done->set_value();
@@ -379,10 +407,12 @@ class WorkBC : public c10d::Work {
   c10::intrusive_ptr<c10::ivalue::Future> future_;
 };
 
-c10::intrusive_ptr<c10d::Work> enqueue(c10::intrusive_ptr<WorkBC> work) {
+// Queues `work` on its group's communication thread `t`.
+c10::intrusive_ptr<c10d::Work> enqueue(CommThread &t, c10::intrusive_ptr<WorkBC> work) {
   std::function<void()> start;
   if (work->istart_) {
-    start = [work] {
+    CommThread *tp = &t;  // start runs on that thread, the only user of its in_flight
+    start = [work, tp] {
       bc_request_t req = nullptr;
       try {
         req = work->istart_();
@@ -394,10 +424,10 @@ c10::intrusive_ptr<c10d::Work> enqueue(c10::intrusive_ptr<WorkBC> work) {
         work->complete(nullptr);
         return;
       }
-      engine().in_flight.push_back({req, [work](std::exception_ptr err) { work->complete(err); }});
+      tp->in_flight.push_back({req, [work](std::exception_ptr err) { work->complete(err); }});
     };
   }
-  engine().submit([work] { work->run(); }, std::move(start));
+  engine().submit(t, [work] { work->run(); }, std::move(start));
   return work;
 }
 
@@ -458,7 +488,8 @@ class WorkP2P : public c10d::Work {
 // ---------------------------------------------------------------------------
 
 struct ProcessGroupBlueConnect::Comms {
-  MPI_Comm coll = MPI_COMM_NULL;  // MPI collectives, on the communication thread
+  CommThread *thread = nullptr;   // the group's communication thread
+  MPI_Comm coll = MPI_COMM_NULL;  // MPI collectives, on that thread
   MPI_Comm p2p = MPI_COMM_NULL;   // send/recv, on the callers' threads
   bc_comm_t bc = nullptr;         // BlueConnect collectives
   int rank = 0, size = 1;
@@ -509,16 +540,17 @@ std::tuple<int, int, std::string, int> mpi_rendezvous() {
 
 void shutdown() {
   Engine &e = engine();
+  std::vector<CommThread *> threads;
   {
     std::lock_guard<std::mutex> lock(e.mu);
     if (e.shut_down || !e.initialised) {
       e.shut_down = true;
       return;
     }
-    e.stopping = true;
-    e.cv.notify_all();
+    e.shut_down = true;  // no new groups
+    threads = e.threads;
   }
-  if (e.started) e.thread.join();  // drains what was queued
+  for (CommThread *t : threads) t->stop();  // each drains what was queued
   std::lock_guard<std::mutex> lock(e.mu);
   for (auto &d : e.destroyers) d();
   e.destroyers.clear();
@@ -526,7 +558,6 @@ void shutdown() {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (e.we_initialised_mpi && !finalized) MPI_Finalize();
-  e.shut_down = true;
 }
 
 uint64_t set_nonblocking(const std::string &mode) {
@@ -568,12 +599,14 @@ ProcessGroupBlueConnect::ProcessGroupBlueConnect(const c10::intrusive_ptr<c10d::
                 world_ranks[rank], " for torch but this process is MPI rank ", e.world_rank);
   }
   Comms *c = comms_;
+  c->thread = e.thread_for_group();
   // The group's timeout for the engine, and a progress thread that advances
   // the non-blocking all-reduces while the caller computes.
   std::string options =
       "BC_TIMEOUT=" + std::to_string(std::max<int64_t>(1000, std::min<int64_t>(timeout.count(), 24LL * 3600 * 1000))) +
       "ms;BC_PROGRESS_THREAD=1";
-  e.run_sync([c, world_ranks, options] {
+  // On the group's thread, like every later call on these communicators.
+  e.run_sync(*c->thread, [c, world_ranks, options] {
     if (world_ranks.empty()) {
       check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &c->coll), "MPI_Comm_dup");
     } else {
@@ -657,7 +690,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBlueConnect::allreduce(std::vector<at
     check_bc(bc_iallreduce(BC_IN_PLACE, t.data_ptr(), t.numel(), dt, op, comm, &req), "allreduce");
     return req;
   };
-  return enqueue(work);
+  return enqueue(*comms_->thread, work);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupBlueConnect::allreduce_coalesced(
@@ -681,7 +714,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBlueConnect::allreduce_coalesced(
     check_bc(bc_allreduce(BC_IN_PLACE, flat.data_ptr(), count, dt, op, comm), "allreduce_coalesced");
     unpack(ptr(flat), ts);
   };
-  return enqueue(work);
+  return enqueue(*comms_->thread, work);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupBlueConnect::reduce(std::vector<at::Tensor> &tensors,
@@ -704,7 +737,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBlueConnect::reduce(std::vector<at::T
     check_bc(bc_allreduce(t.data_ptr(), scratch.data_ptr(), t.numel(), dt, op, comm), "reduce");
     if (root) std::memcpy(ptr(t), ptr(scratch), nbytes(t));
   };
-  return enqueue(work);
+  return enqueue(*comms_->thread, work);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupBlueConnect::_allgather_base(at::Tensor &output, at::Tensor &input,
@@ -727,7 +760,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBlueConnect::_allgather_base(at::Tens
     const void *send = ptr(in) == ptr(out) + rank * n ? BC_IN_PLACE : in.data_ptr();
     check_bc(bc_allgather(send, out.data_ptr(), static_cast<int64_t>(n), BC_UINT8, comm), "_allgather_base");
   };
-  return enqueue(work);
+  return enqueue(*comms_->thread, work);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupBlueConnect::allgather(std::vector<std::vector<at::Tensor>> &outputs,
@@ -750,7 +783,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBlueConnect::allgather(std::vector<st
     check_bc(bc_allgather(in.data_ptr(), flat.data_ptr(), static_cast<int64_t>(n), BC_UINT8, comm), "allgather");
     unpack(ptr(flat), outs);
   };
-  return enqueue(work);
+  return enqueue(*comms_->thread, work);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupBlueConnect::allgather_coalesced(
@@ -779,7 +812,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBlueConnect::allgather_coalesced(
     check_bc(bc_allgather(send.data_ptr(), recv.data_ptr(), n, BC_UINT8, comm), "allgather_coalesced");
     unpack(ptr(recv), flat_outs);  // rank-major, as packed
   };
-  return enqueue(work);
+  return enqueue(*comms_->thread, work);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupBlueConnect::_reduce_scatter_base(at::Tensor &output, at::Tensor &input,
@@ -800,7 +833,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBlueConnect::_reduce_scatter_base(at:
     if (out.numel() == 0) return;
     check_bc(bc_reduce_scatter(in.data_ptr(), out.data_ptr(), out.numel(), dt, op, comm), "_reduce_scatter_base");
   };
-  return enqueue(work);
+  return enqueue(*comms_->thread, work);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupBlueConnect::reduce_scatter(std::vector<at::Tensor> &outputs,
@@ -823,7 +856,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBlueConnect::reduce_scatter(std::vect
     at::Tensor flat = pack(ins);
     check_bc(bc_reduce_scatter(flat.data_ptr(), out.data_ptr(), out.numel(), dt, op, comm), "reduce_scatter");
   };
-  return enqueue(work);
+  return enqueue(*comms_->thread, work);
 }
 
 // --- MPI -------------------------------------------------------------------
@@ -845,7 +878,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBlueConnect::broadcast(std::vector<at
       check_mpi(MPI_Bcast(ptr(t) + off, len, MPI_BYTE, root, comm), "broadcast");
     }
   };
-  return enqueue(work);
+  return enqueue(*comms_->thread, work);
 }
 
 std::vector<at::Tensor> ProcessGroupBlueConnect::root_list(std::vector<std::vector<at::Tensor>> &lists,
@@ -882,7 +915,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBlueConnect::gather(std::vector<std::
                          static_cast<int>(nbytes(in)), MPI_BYTE, r, comm), "gather");
     if (root) unpack(ptr(flat), outs);
   };
-  return enqueue(work);
+  return enqueue(*comms_->thread, work);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupBlueConnect::scatter(std::vector<at::Tensor> &outputs,
@@ -903,7 +936,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBlueConnect::scatter(std::vector<at::
     check_mpi(MPI_Scatter(root ? flat.data_ptr() : nullptr, n, MPI_BYTE, out.data_ptr(), n, MPI_BYTE, r, comm),
               "scatter");
   };
-  return enqueue(work);
+  return enqueue(*comms_->thread, work);
 }
 
 namespace {
@@ -956,7 +989,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBlueConnect::alltoall_base(at::Tensor
     check_mpi(MPI_Alltoallv(in.data_ptr(), sc.data(), sd.data(), MPI_BYTE, out.data_ptr(), rc.data(), rd.data(),
                             MPI_BYTE, comm), "alltoall_base");
   };
-  return enqueue(work);
+  return enqueue(*comms_->thread, work);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupBlueConnect::alltoall(std::vector<at::Tensor> &outputs,
@@ -991,15 +1024,16 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBlueConnect::alltoall(std::vector<at:
                             MPI_BYTE, comm), "alltoall");
     unpack(ptr(recv), outs);
   };
-  return enqueue(work);
+  return enqueue(*comms_->thread, work);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupBlueConnect::barrier(const c10d::BarrierOptions &) {
   auto work = make_work(c10d::OpType::BARRIER, "barrier", {}, timeout_);
   MPI_Comm comm = comms_->coll;
-  // Queued behind every earlier call of this process, as torch expects.
+  // Queued behind every earlier call on this group, as Gloo's barrier waits
+  // for the group's pending work.
   work->body_ = [comm] { check_mpi(MPI_Barrier(comm), "barrier"); };
-  return enqueue(work);
+  return enqueue(*comms_->thread, work);
 }
 
 namespace {
@@ -1041,7 +1075,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBlueConnect::recvAnysource(std::vecto
 std::string ProcessGroupBlueConnect::describe(int64_t count) {
   std::string out;
   bc_comm_t comm = comms_->bc;
-  engine().run_sync([&] {
+  engine().run_sync(*comms_->thread, [&] {
     size_t needed = 0;
     bc_comm_describe(comm, count, BC_FLOAT32, nullptr, 0, &needed);
     std::vector<char> buf(needed + 1);

@@ -4,16 +4,18 @@
 // MPI communicator per group (docs/TORCH.md says which call takes which path).
 //
 // Threading. Every collective is checked on the caller's thread (a bad tensor,
-// dtype or op raises there, as a Python RuntimeError), then queued to one
-// communication thread per process, which takes the queue in order and
-// completes each Work and its Future. An all-reduce behind other calls, or
-// while others are in flight, starts non-blocking (bc_iallreduce, moved by
-// the communicator's BC_PROGRESS_THREAD); everything else runs with
-// BlueConnect's and MPI's blocking calls once nothing is in flight. So every
-// call returns at once (async_op=True overlaps the caller's compute) and
-// async_op=False is the same call followed by wait(). One thread for all
-// groups keeps every BlueConnect and MPI collective call on one thread: the
-// engine shares UCX state between communicators. Point-to-point calls
+// dtype or op raises there, as a Python RuntimeError), then queued to the
+// group's communication thread, which takes its queue in order and completes
+// each Work and its Future. With MPI_THREAD_MULTIPLE each group has its own
+// thread (as Gloo has), so processes may issue operations on different groups
+// in different orders; under a lower thread level one thread serves every
+// group (MPI then takes one thread's calls at a time) and they may not. An
+// all-reduce runs with BlueConnect's blocking call, or, with
+// set_nonblocking("always"), starts non-blocking (bc_iallreduce, moved by the
+// communicator's BC_PROGRESS_THREAD) beside those in flight; everything else
+// runs with BlueConnect's and MPI's blocking calls once nothing is in flight.
+// So every call returns at once (async_op=True overlaps the caller's compute)
+// and async_op=False is the same call followed by wait(). Point-to-point calls
 // (send/recv) are posted on the caller's thread (MPI_Isend/MPI_Irecv, which
 // needs MPI_THREAD_MULTIPLE) so that a send and a receive never queue behind
 // each other.
@@ -38,13 +40,15 @@ std::pair<int, int> mpi_world();
 // What the Python package needs for torch's env:// rendezvous, agreed by an
 // MPI broadcast from world rank 0: {rank, size, master address, free port}.
 std::tuple<int, int, std::string, int> mpi_rendezvous();
-// Stops the communication thread, destroys the communicators in creation order
-// (collective), bc_finalize, and MPI_Finalize when this module initialised MPI.
-// Called by the Python package at exit; idempotent.
+// Stops the communication threads (each finishes its queue), destroys the
+// communicators in creation order (collective), bc_finalize, and
+// MPI_Finalize when this module initialised MPI. Called by the Python package
+// at exit; idempotent.
 void shutdown();
-// Which all-reduces start non-blocking: "auto" (those queued behind others
-// or issued while others are in flight), "always", "never"; "" changes
-// nothing. Returns how many have started non-blocking so far. For tests.
+// Which all-reduces start non-blocking: "always" (every one, beside those in
+// flight), "auto" and "never" (none: one at a time, measured faster); ""
+// changes nothing. Returns how many have started non-blocking so far. For
+// tests.
 uint64_t set_nonblocking(const std::string &mode);
 // MPI_Abort(MPI_COMM_WORLD, code) when MPI is initialised and not finalised.
 void abort_job(int code);

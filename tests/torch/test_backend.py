@@ -369,6 +369,43 @@ def check_async(group, tag):
         expect_equal(doubled[k].wait(), torch.full((100,), 2.0 * (sum(range(p)) + k * p)), "%s then %d" % (tag, k))
 
 
+def check_groups_any_order(p, r):
+    """Operations on two groups over the same ranks, issued in opposite orders
+    on even and odd ranks. Each group has its own communication thread, so
+    neither waits for the other; with one thread for every group this
+    deadlocked until the groups' timeout (20 s here) and raised."""
+    from datetime import timedelta
+    ga = dist.new_group(list(range(p)), timeout=timedelta(seconds=20))
+    gb = dist.new_group(list(range(p)), timeout=timedelta(seconds=20))
+    n = (1 << 18) + 5
+    ta = contribution("SUM", torch.float32, n, r, p).to(torch.float32)
+    tb = contribution("SUM", torch.int32, n + 1, r, p).to(torch.int32) + 1
+    # the MPI path too: a broadcast from a different root on each group
+    ba = (torch.arange(1009) % 5 + 7).to(torch.int64) if r == 0 else poison((1009,), torch.int64)
+    bb = (torch.arange(77) % 3 - 4).to(torch.float64) if r == p - 1 else poison((77,), torch.float64)
+    issue_a = [lambda: dist.all_reduce(ta, group=ga, async_op=True),
+               lambda: dist.broadcast(ba, src=0, group=ga, async_op=True)]
+    issue_b = [lambda: dist.all_reduce(tb, group=gb, async_op=True),
+               lambda: dist.broadcast(bb, src=p - 1, group=gb, async_op=True)]
+    works = [f() for f in (issue_a + issue_b if r % 2 == 0 else issue_b + issue_a)]
+    for w in works:
+        w.wait()
+    expect_equal(ta, reference("SUM", torch.float32, n, p), "groups in any order: all_reduce on a")
+    expect_equal(tb, reference("SUM", torch.int32, n + 1, p) + p, "groups in any order: all_reduce on b")
+    expect_equal(ba, (torch.arange(1009) % 5 + 7).to(torch.int64), "groups in any order: broadcast on a")
+    expect_equal(bb, (torch.arange(77) % 3 - 4).to(torch.float64), "groups in any order: broadcast on b")
+    # a callback, on b's thread, that waits for an all-reduce on a
+    tc = torch.full((1000,), float(r))
+    td = torch.full((10,), 1.0)
+
+    def on_b(fut):
+        dist.all_reduce(tc, group=ga)
+        return fut.value()[0] + tc[:10]
+
+    chained = dist.all_reduce(td, group=gb, async_op=True).get_future().then(on_b)
+    expect_equal(chained.wait(), torch.full((10,), float(p + sum(range(p)))), "a callback on b waits for a")
+
+
 def part_collectives():
     dist.init_process_group("blueconnect")
     p, r = dist.get_world_size(), dist.get_rank()
@@ -411,6 +448,8 @@ def part_collectives():
         check_mpi_path(g, tag)
         check_errors(g, tag)
         check_async(g, tag)
+    if os.environ.get("TEST_GROUPS") != "world" and p > 1:
+        check_groups_any_order(p, r)
     dist.barrier()
 
 
