@@ -72,6 +72,20 @@ Status measure(MPI_Comm lc, int i, int n, std::vector<double> *rates) {
   const std::vector<int> rounds = discover_rounds(n);
   std::vector<char> sbuf(kTimedBytes, 1), rbuf(kTimedBytes);
   rates->assign(rounds.size(), 0.0);
+  // An untimed exchange first, as large as a round's, with the first round's
+  // partner: the first exchange of a pass reads slow. On 4 hosts at 1 Gbit/s
+  // behind one switch, the pairs of round d=1 read 220-700 Mbit/s against
+  // 440-1,350 for d=2 in nearly every pass (the other way round with the
+  // rounds reversed), and a flat cluster read as 2 racks in 1 of 6 jobs. Per
+  // pass, d=1 over d=2: 0.60 before, 1.11 with this exchange, 0.61 and 0.70
+  // with a 1-byte or a 128 KiB one (10 jobs each; docs/TOPOLOGY.md, "The
+  // first exchange of a pass").
+  if (!rounds.empty()) {
+    const int peer = discover_partner(i, rounds[0], n);
+    BC_MPI_CHECK(MPI_Barrier(lc));
+    double warm = 0, timed = 0;
+    if (peer >= 0) BC_CHECK(transfer(lc, peer, &sbuf, &rbuf, &warm, &timed));
+  }
   for (size_t r = 0; r < rounds.size(); ++r) {
     const int peer = discover_partner(i, rounds[r], n);
     BC_MPI_CHECK(MPI_Barrier(lc));
