@@ -34,6 +34,11 @@ import traceback
 if len(sys.argv) > 1 and sys.argv[1] == "failures":
     # read by bc_init, which runs when the package is imported
     os.environ["BC_CHECK_ARGS"] = "1"
+if len(sys.argv) > 1 and sys.argv[1] == "timeout":
+    # The engine names the rank it waits for; the argument agreement (on by
+    # default in a debug build) cannot, and says only that not every rank
+    # came (docs/FAILURES.md). Off here, so that every build tests the naming.
+    os.environ["BC_CHECK_ARGS"] = "0"
 
 
 def skip(reason):
