@@ -165,15 +165,19 @@ bool parse_body(const std::string &body, int n, std::vector<int> *rack_of, bool 
 bool discover_cache_read(const std::string &dir, const std::string &key, int n, int64_t max_age_ms,
                          std::vector<int> *rack_of, bool *flat, std::string *why) {
   std::string body;
-  if (!cache_read(dir, kKind, key, max_age_ms, "BC_MODEL_CACHE_AGE", &body, why)) return false;
+  int64_t age_s = 0;
+  if (!cache_read(dir, kKind, key, max_age_ms, "BC_MODEL_CACHE_AGE", &body, why, &age_s)) return false;
   if (!parse_body(body, n, rack_of, flat)) {
     *why = cache_path(dir, kKind, key) + ": bad body";
     return false;
   }
-  if (rack_of->empty() && !*flat) {
-    const int64_t limit = max_age_ms > 0 ? std::min(max_age_ms, kInconclusiveCacheAgeMs) : kInconclusiveCacheAgeMs;
+  // An inconclusive result stands for kInconclusiveCacheAgeMs only (or the
+  // age limit, where that is shorter: the read above checked it).
+  if (rack_of->empty() && !*flat && age_s * 1000 > kInconclusiveCacheAgeMs) {
     const std::string name = "an inconclusive result's " + std::to_string(kInconclusiveCacheAgeMs / 60000) + " min";
-    if (!cache_read(dir, kKind, key, limit, name.c_str(), &body, why)) return false;
+    *why = cache_path(dir, kKind, key) + ": " + cache_too_old(name.c_str(), age_s);
+    rack_of->clear();
+    return false;
   }
   return true;
 }

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -142,8 +143,13 @@ std::string cache_path(const std::string &dir, const char *kind, const std::stri
   return dir + "/" + kind + "-" + hex64(fnv1a(key)) + ".txt";
 }
 
+std::string cache_too_old(const char *limit, int64_t age_s) {
+  const std::string age = age_s < 2 * 3600 ? std::to_string(age_s / 60) + " min" : std::to_string(age_s / 3600) + " h";
+  return std::string("older than ") + limit + " (" + age + ")";
+}
+
 bool cache_read(const std::string &dir, const char *kind, const std::string &key, int64_t max_age_ms,
-                const char *age_param, std::string *body, std::string *why) {
+                const char *age_param, std::string *body, std::string *why, int64_t *age_s) {
   why->clear();
   if (dir.empty()) {
     *why = "no cache directory (set BC_CACHE_DIR, XDG_CACHE_HOME or HOME)";
@@ -174,11 +180,10 @@ bool cache_read(const std::string &dir, const char *kind, const std::string &key
   if (errno || end == written.c_str() || *end) return fail("bad 'written' time '" + written + "'");
   const long long now = static_cast<long long>(std::time(nullptr));
   if (when > now + kFutureSlackSeconds) return fail("written in the future (" + written + ")");
-  if (max_age_ms > 0 && (now - when) * 1000 > max_age_ms)
-    return fail(std::string("older than ") + age_param + " (" +
-                (now - when < 2 * 3600 ? std::to_string((now - when) / 60) + " min)" : std::to_string((now - when) / 3600) + " h)"));
+  if (max_age_ms > 0 && (now - when) * 1000 > max_age_ms) return fail(cache_too_old(age_param, now - when));
   *body = text.substr(pos);
   if (sum != hex64(fnv1a(*body))) return fail("checksum mismatch (truncated or edited)");
+  if (age_s) *age_s = std::max<int64_t>(0, now - when);
   return true;
 }
 

@@ -45,9 +45,14 @@ std::string cache_path(const std::string &dir, const char *kind, const std::stri
 
 // The body stored for `key`, or false with *why ("no cached KIND" when there
 // is none; else why the file is not trusted). max_age_ms 0: no age limit;
-// age_param names the limit in messages. Never fails otherwise.
+// age_param names the limit in messages. *age_s (optional): the file's age in
+// seconds, with the body, for a caller whose limit depends on what it holds.
+// Never fails otherwise.
 bool cache_read(const std::string &dir, const char *kind, const std::string &key, int64_t max_age_ms,
-                const char *age_param, std::string *body, std::string *why);
+                const char *age_param, std::string *body, std::string *why, int64_t *age_s = nullptr);
+
+// "older than LIMIT (20 min)" / "(3 h)": the message of a file past its age limit.
+std::string cache_too_old(const char *limit, int64_t age_s);
 
 // Stores `body` for `key` (creating the directory, mode 0700). False with
 // *why when it could not.
