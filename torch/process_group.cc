@@ -72,6 +72,12 @@ struct CommThread {
     std::function<void(std::exception_ptr)> done;
   };
 
+  // The process-wide set_nonblocking() mode and count (Engine's).
+  CommThread(const std::atomic<int> &nonblocking_mode, std::atomic<uint64_t> &nonblocking_started)
+      : nonblocking_mode(nonblocking_mode), nonblocking_started(nonblocking_started) {}
+
+  const std::atomic<int> &nonblocking_mode;
+  std::atomic<uint64_t> &nonblocking_started;
   std::mutex mu;
   std::condition_variable cv;
   std::deque<Task> queue;
@@ -126,7 +132,7 @@ struct CommThread {
     return nullptr;
   }
 
-  void loop(const std::atomic<int> &nonblocking_mode, std::atomic<uint64_t> &nonblocking_started) {
+  void loop() {
     std::chrono::microseconds poll = kPollMin;
     for (;;) {
       Task task;
@@ -162,16 +168,31 @@ struct CommThread {
     }
   }
 
-  // Queues a task; the thread starts with the first. `run_loop` runs on it.
-  void submit(std::function<void()> fn, std::function<void()> start, const std::function<void()> &run_loop) {
+  // Queues a task; the thread starts with the first.
+  void submit(std::function<void()> fn, std::function<void()> start = nullptr) {
     std::lock_guard<std::mutex> lock(mu);
     if (stopping) fail("the backend was shut down (at interpreter exit); no more calls");
     if (!started) {
-      thread = std::thread(run_loop);
+      thread = std::thread([this] { loop(); });
       started = true;
     }
     queue.push_back(Task{std::move(fn), std::move(start)});
     cv.notify_one();
+  }
+
+  // Runs `f` on this thread and waits for it; its exception comes back here.
+  void run_sync(std::function<void()> f) {
+    auto done = std::make_shared<std::promise<void>>();
+    std::future<void> fut = done->get_future();
+    submit([f = std::move(f), done] {
+      try {
+        f();
+        done->set_value();
+      } catch (...) {
+        done->set_exception(std::current_exception());
+      }
+    });
+    fut.get();
   }
 
   // Lets the thread finish what was queued and joins it.
@@ -209,28 +230,8 @@ struct Engine {
     std::lock_guard<std::mutex> lock(mu);
     if (shut_down) fail("the backend was shut down (at interpreter exit)");
     if (thread_level < MPI_THREAD_MULTIPLE && !threads.empty()) return threads.front();
-    threads.push_back(new CommThread());
+    threads.push_back(new CommThread(nonblocking_mode, nonblocking_started));
     return threads.back();
-  }
-
-  void submit(CommThread &t, std::function<void()> fn, std::function<void()> start = nullptr) {
-    CommThread *tp = &t;
-    t.submit(std::move(fn), std::move(start), [this, tp] { tp->loop(nonblocking_mode, nonblocking_started); });
-  }
-
-  // Runs `f` on thread `t` and waits for it; its exception comes back here.
-  void run_sync(CommThread &t, std::function<void()> f) {
-    auto done = std::make_shared<std::promise<void>>();
-    std::future<void> fut = done->get_future();
-    submit(t, [f = std::move(f), done] {
-      try {
-        f();
-        done->set_value();
-      } catch (...) {
-        done->set_exception(std::current_exception());
-      }
-    });
-    fut.get();
   }
 };
 
@@ -427,7 +428,7 @@ c10::intrusive_ptr<c10d::Work> enqueue(CommThread &t, c10::intrusive_ptr<WorkBC>
       tp->in_flight.push_back({req, [work](std::exception_ptr err) { work->complete(err); }});
     };
   }
-  engine().submit(t, [work] { work->run(); }, std::move(start));
+  t.submit([work] { work->run(); }, std::move(start));
   return work;
 }
 
@@ -606,7 +607,7 @@ ProcessGroupBlueConnect::ProcessGroupBlueConnect(const c10::intrusive_ptr<c10d::
       "BC_TIMEOUT=" + std::to_string(std::max<int64_t>(1000, std::min<int64_t>(timeout.count(), 24LL * 3600 * 1000))) +
       "ms;BC_PROGRESS_THREAD=1";
   // On the group's thread, like every later call on these communicators.
-  e.run_sync(*c->thread, [c, world_ranks, options] {
+  c->thread->run_sync([c, world_ranks, options] {
     if (world_ranks.empty()) {
       check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &c->coll), "MPI_Comm_dup");
     } else {
@@ -1075,7 +1076,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBlueConnect::recvAnysource(std::vecto
 std::string ProcessGroupBlueConnect::describe(int64_t count) {
   std::string out;
   bc_comm_t comm = comms_->bc;
-  engine().run_sync(*comms_->thread, [&] {
+  comms_->thread->run_sync([&] {
     size_t needed = 0;
     bc_comm_describe(comm, count, BC_FLOAT32, nullptr, 0, &needed);
     std::vector<char> buf(needed + 1);
