@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/params.h"
+#include "core/timeline.h"
 #include "core/wait_policy.h"
 #include "plan/cost.h"
 #include "cuda/cuda_rt.h"
@@ -71,6 +72,7 @@ struct bc_comm {
   std::vector<std::unique_ptr<bc::Transport>> transports;
   std::vector<bc::Transport *> peer_transport;  // per rank
   uint32_t seq = 0;
+  uint32_t timeline_id = bc::timeline::kUnrecorded;  // its index in the timeline (BC_TIMELINE_FILE; core/timeline.h)
   bool broken = false;  // after a timeout, a dead peer or a transport failure: refuse further calls
   bc::Status broken_by = BC_OK;  // the failure that broke it
   std::string broken_why;        // its message, for the refusals that follow
@@ -198,6 +200,9 @@ bool model_is_local(const bc_comm *comm);
 BufferPool &buffer_pool(bc_comm *comm, bc_memtype_t mem);
 // The execution context of a collective on `comm` (transports, timeouts, waiting).
 ExecContext exec_context(const bc_comm *comm, bc_dtype_t dtype, bc_op_t op, bc_memtype_t mem);
+// The communicator's entry in the timeline (BC_TIMELINE_FILE), where every
+// rank has it on (comm_timeline.cc). Collective, at creation.
+Status comm_timeline_setup(bc_comm *c);
 Status comm_plan(bc_comm *comm, CollKind kind, bool average, int64_t count, const PlanChoice &choice,
                  std::shared_ptr<const Program> *out);
 // Blocking: start, wait, finish.

@@ -66,6 +66,7 @@ ExecContext exec_context(const bc_comm *c, bc_dtype_t dtype, bc_op_t op, bc_memt
   ctx.timeout_ms = c->params.get_int(ParamId::Timeout);
   ctx.spin_count = c->spin_count;  // at least 1: the parameter's range, or auto's choice
   ctx.liveness = c->liveness.get();
+  ctx.timeline_comm = c->timeline_id;
   // Sleeping on one transport's event fd is only safe when every peer uses it.
   for (int r = 0; r < c->size && !dev; ++r) {
     if (r == c->rank) continue;

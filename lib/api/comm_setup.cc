@@ -13,6 +13,7 @@
 
 #include "api/progress_thread.h"
 #include "core/log.h"
+#include "core/timeline.h"
 #include "core/wait_policy.h"
 #include "sched/liveness.h"
 #include "topo/detect.h"
@@ -177,6 +178,7 @@ Status comm_setup(bc_comm *c, double dup_ms) {
   else BC_CHECK(agree_status(c->mpi, model_setup(c), "cost model"));
   const double model_ms = ms_since(t2);
   if (c->params.get_int(ParamId::ProgressThread)) BC_CHECK(agree_status(c->mpi, progress_setup(c), "BC_PROGRESS_THREAD"));
+  BC_CHECK(comm_timeline_setup(c));
   if (c->rank == 0 && log_enabled(LogLevel::Info, LogSys::Init)) {
     std::string names;
     for (auto &t : c->transports) names += std::string(names.empty() ? "" : ",") + t->name();

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "core/log.h"
+#include "core/timeline.h"
 
 namespace bc {
 namespace {
@@ -38,6 +39,7 @@ Status api_init(bool quiet_by_default) {
   int world_rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
   log_set_rank(world_rank);
+  BC_CHECK(timeline::configure(ps.get_str(ParamId::TimelineFile), world_rank));
   g_params = ps;
   g_init_count = 1;
   BC_INFO(Init, "BlueConnect %d.%d.%d initialised", BC_VERSION_MAJOR, BC_VERSION_MINOR, BC_VERSION_PATCH);
@@ -60,6 +62,7 @@ Status api_finalize() {
     delete m;
   }
   transports_release_idle();
+  timeline::write();
   return BC_OK;
 }
 

@@ -26,7 +26,9 @@ int g_rank = -1;
 
 bool iequals(const std::string &a, const char *b) { return strcasecmp(a.c_str(), b) == 0; }
 
-std::string expand(const std::string &pattern) {
+}  // namespace
+
+std::string log_expand_path(const std::string &pattern) {
   std::string out;
   char host[256] = "unknown";
   gethostname(host, sizeof host - 1);
@@ -44,9 +46,11 @@ std::string expand(const std::string &pattern) {
   return out;
 }
 
+namespace {
+
 FILE *output() {
   if (g_out) return g_out;
-  if (!g_file_pattern.empty()) g_out = std::fopen(expand(g_file_pattern).c_str(), "a");
+  if (!g_file_pattern.empty()) g_out = std::fopen(log_expand_path(g_file_pattern).c_str(), "a");
   if (!g_out) g_out = stderr;
   return g_out;
 }

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "blueconnect.h"  // BC_API
 
@@ -26,6 +27,9 @@ BC_API bool log_enabled(LogLevel level, LogSys sys);
 BC_API void log_write(LogLevel level, LogSys sys, const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
 void log_set_rank(int world_rank);
+// A file name pattern with %h (host), %p (pid) and %r (the world rank of
+// log_set_rank) replaced: BC_DEBUG_FILE's and BC_TIMELINE_FILE's.
+std::string log_expand_path(const std::string &pattern);
 
 }  // namespace bc
 

@@ -254,6 +254,14 @@ const ParamDef kParamDefs[] = {
      "builds (meson buildtype=debug). 0: no agreement; a mismatch then ends as a size error on "
      "the ranks that meet the odd messages and BC_ERR_TIMEOUT on those that wait for them "
      "(docs/FAILURES.md, Argument mismatch)."},
+    {ParamId::TimelineFile, "BC_TIMELINE_FILE", ParamType::String, "", nullptr, kParamAnyRange,
+     "Record when every collective, every step of every chunk and every transfer began and ended, "
+     "and write it at the last bc_finalize to this file as Chrome trace events (Perfetto, "
+     "chrome://tracing); scripts/timeline-report summarises the ranks' files (per stage; per host, "
+     "how long its link had nothing to send). %h = host, %p = pid, %r = world rank; without %r or "
+     "%p, '.RANK.json' is appended. Each communicator's creation then also measures the ranks' "
+     "clocks against its rank 0 (8 round trips per rank). At most 1048576 events per process "
+     "(40 MiB); later ones are counted, not kept. Empty: off (one load per step)."},
 };
 static_assert(sizeof(kParamDefs) / sizeof(kParamDefs[0]) == static_cast<size_t>(ParamId::Count),
               "one row per ParamId");

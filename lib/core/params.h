@@ -55,6 +55,7 @@ enum class ParamId : int {
   Liveness,         // BC_LIVENESS
   LivenessInterval, // BC_LIVENESS_INTERVAL
   CheckArgs,        // BC_CHECK_ARGS
+  TimelineFile,     // BC_TIMELINE_FILE
   Count
 };
 

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "core/log.h"
+#include "core/timeline.h"
 #include "cuda/cuda_rt.h"
 #include "reduce/reduce.h"
 
@@ -20,7 +21,7 @@ using Clock = std::chrono::steady_clock;
 // (one rank: everything) is copied then. The arithmetic and its order are
 // unchanged, so the results are the same bits.
 void Execution::start(const Program &prog, const ExecContext &ctx, void *work, void *scratch, uint32_t seq,
-                      const void *input) {
+                      const void *input, int lane) {
   cancel_all();  // nothing in flight after a finish; after a failure, what was left
   prog_ = &prog;
   ctx_ = ctx;
@@ -31,6 +32,8 @@ void Execution::start(const Program &prog, const ExecContext &ctx, void *work, v
   // Programs use tags below 2^20; the sequence number keeps back-to-back
   // collectives apart (the layout: transports/transport.h).
   seq_bits_ = (seq & kSeqTagMask) << kProgramTagBits;
+  seq_ = seq;
+  lane_ = lane;
   step_ = 0;
   posted_ = false;
   req_done_.clear();
@@ -44,6 +47,20 @@ void Execution::start(const Program &prog, const ExecContext &ctx, void *work, v
 }
 
 Execution::~Execution() { cancel_all(); }
+
+void Execution::note(timeline::Kind kind, const Step &st, int peer, int64_t bytes) const {
+  timeline::record(kind, ctx_.timeline_comm, seq_, static_cast<int>(step_), st.stage,
+                   st.combine == Combine::Reduce ? 1 : 0, peer, static_cast<uint64_t>(bytes), lane_);
+}
+
+// Requests are the step's receives, then its sends (post_step's order).
+void Execution::note_transfer(size_t request) const {
+  const Step &st = prog_->steps[step_];
+  const bool recv = request < st.recvs.size();
+  const Xfer &x = recv ? st.recvs[request] : st.sends[request - st.recvs.size()];
+  note(recv ? timeline::Kind::RecvDone : timeline::Kind::SendDone, st, x.peer,
+       x.range.count * static_cast<int64_t>(elem_));
+}
 
 bool Execution::untouched(const Range &r) const {
   for (const Range &u : untouched_)
@@ -116,6 +133,7 @@ Status Execution::post_step() {
     for (const Xfer &x : st.recvs) overwritten(x.range);
   posted_ = true;
   step_start_ = Clock::now();
+  if (timeline::on()) note(timeline::Kind::StepPost, st, -1, 0);
   return BC_OK;
 }
 
@@ -161,6 +179,7 @@ Status Execution::finish_step() {
   if (st.finish_avg)
     BC_CHECK(reduce_finish_avg(work_ + st.avg_range.offset * elem_, st.avg_range.count, ctx_.dtype,
                                ctx_.nranks, ctx_.mem));
+  if (timeline::on()) note(timeline::Kind::StepDone, st, -1, 0);
   if (st.stage >= 0)
     stage_seconds_[st.stage] += std::chrono::duration<double>(Clock::now() - step_start_).count();
   reqs_.clear();
@@ -178,6 +197,7 @@ Status Execution::progress(bool *done) {
       ++tests_;
       BC_CHECK(reqs_[i].transport->test(&reqs_[i], &d));
       if (d) {
+        if (timeline::on()) note_transfer(i);
         req_done_[i] = 1;
         --remaining_;
         ++completions_;

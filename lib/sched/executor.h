@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "blueconnect.h"
+#include "core/timeline.h"
 #include "plan/plan.h"
 #include "reduce/reduce.h"
 #include "transports/transport.h"
@@ -33,6 +34,7 @@ struct ExecContext {
   // The communicator's peer checks (sched/liveness.h); null: none. Consulted
   // only while the operation waits without progress.
   Liveness *liveness = nullptr;
+  uint32_t timeline_comm = timeline::kUnrecorded;  // the communicator's id in the timeline (core/timeline.h)
 };
 
 class Execution {
@@ -46,9 +48,10 @@ class Execution {
   // work buffer does not hold its data yet (see "Lazy input" in executor.cc);
   // by the end `work` holds the result. An Execution that finished (or was
   // cancelled) may start again: its vectors keep their capacity, so a chunk
-  // or a call after the first allocates nothing.
+  // or a call after the first allocates nothing. `lane`: the pipeline slot
+  // that runs it, for the timeline.
   void start(const Program &prog, const ExecContext &ctx, void *work, void *scratch, uint32_t seq,
-             const void *input = nullptr);
+             const void *input = nullptr, int lane = 0);
   Execution(const Execution &) = delete;
   Execution &operator=(const Execution &) = delete;
 
@@ -68,6 +71,9 @@ class Execution {
   Status post_step();
   Status finish_step();
   Status reduce_in_member_order(const Step &st);
+  // Timeline records (core/timeline.h), only when it is on.
+  void note(timeline::Kind kind, const Step &st, int peer, int64_t bytes) const;
+  void note_transfer(size_t request) const;
   // Lazy input: the ranges of `work` that still lack their input.
   bool untouched(const Range &r) const;       // all of r lacks it
   void materialize(const Range &r);           // copy what r lacks from the input
@@ -84,6 +90,8 @@ class Execution {
   std::vector<Range> untouched_next_;  // overwritten()'s result, copied back: no allocation per call
   size_t elem_ = 0;
   uint32_t seq_bits_ = 0;
+  uint32_t seq_ = 0;  // for the timeline
+  int lane_ = 0;
   size_t step_ = 0;
   bool posted_ = false;
   std::vector<TransportRequest> reqs_;

@@ -2,6 +2,7 @@
 
 #include "core/blocks.h"
 #include "core/log.h"
+#include "core/timeline.h"
 #include "cuda/cuda_rt.h"
 #include "sched/liveness.h"
 
@@ -34,6 +35,9 @@ void Operation::start(const ExecContext &ctx, unsigned char *work, int64_t count
   retired_completions_ = 0;
   retired_tests_ = 0;
   stage_seconds_.assign(big_->stage_algos.size(), 0.0);
+  if (timeline::on())
+    timeline::record(timeline::Kind::CallBegin, ctx.timeline_comm, seq_base, 0, -1, static_cast<int>(big_->kind),
+                     static_cast<int>(nchunks), static_cast<uint64_t>(count) * elem_, 0);
 }
 
 void Operation::finish() {
@@ -78,7 +82,7 @@ Status Operation::start_chunk(Slot *slot) {
   const int64_t at = block_offset(count_, nchunks_, j) * static_cast<int64_t>(elem_);
   if (!slot->exec) slot->exec.reset(new Execution);
   slot->exec->start(*prog, ctx_, work_ + at, scratch, seq_base_ + static_cast<uint32_t>(j),
-                    input_ ? input_ + at : nullptr);
+                    input_ ? input_ + at : nullptr, static_cast<int>(slot - slots_.data()));
   slot->running = true;
   return BC_OK;
 }
@@ -99,7 +103,8 @@ Status Operation::progress(bool *done) {
       retired_completions_ += s.exec->completions() + 1;
       retired_tests_ += s.exec->tests();
       s.running = false;
-      ++finished_chunks_;
+      if (++finished_chunks_ == nchunks_ && timeline::on())
+        timeline::record(timeline::Kind::CallEnd, ctx_.timeline_comm, seq_base_, 0, -1, 0, 0, 0, 0);
     }
   }
   *done = finished_chunks_ == nchunks_;
