@@ -150,8 +150,7 @@ void write_events(FILE *f, size_t n) {
           std::fprintf(f, ",\n{\"ph\":\"X\",\"cat\":\"step\",\"name\":\"%s\",\"pid\":%d,\"tid\":%ld,\"ts\":%.3f,"
                        "\"dur\":%.3f,\"args\":{\"comm\":\"%s\",\"seq\":%u,\"step\":%u,\"stage\":%d}}",
                        name, g_world_rank, lane_tid(r.comm, r.lane), start, ts - start, comm, r.seq, r.step,
-                       r.stage < 0 ? -1 : r.stage + 1);
-          began.erase(it);
+                       r.stage < 0 ? -1 : r.stage + 1);  // kept: a send may end after its step
         } else {
           const bool recv = r.kind == Kind::RecvDone;
           std::fprintf(f, ",\n{\"ph\":\"X\",\"cat\":\"%s\",\"name\":\"%s %d\",\"pid\":%d,\"tid\":%ld,\"ts\":%.3f,"

@@ -41,6 +41,10 @@ void Execution::start(const Program &prog, const ExecContext &ctx, void *work, v
   completions_ = 0;
   tests_ = 0;
   stage_seconds_.assign(prog.stage_algos.size(), 0.0);
+  // Room for every send to outlive its step, so that a warm call allocates nothing.
+  size_t sends = 0;
+  for (const Step &st : prog.steps) sends += st.sends.size();
+  if (lagging_.capacity() < sends) lagging_.reserve(sends);
   untouched_.clear();
   if (input_ && prog.count > 0) untouched_.push_back(Range{0, prog.count});
   reducer_status_ = reducer_for(ctx.dtype, ctx.op, ctx.mem, &reducer_);
@@ -48,8 +52,56 @@ void Execution::start(const Program &prog, const ExecContext &ctx, void *work, v
 
 Execution::~Execution() { cancel_all(); }
 
-void Execution::note(timeline::Kind kind, const Step &st, int peer, int64_t bytes) const {
-  timeline::record(kind, ctx_.timeline_comm, seq_, static_cast<int>(step_), st.stage,
+// Sends that outlive their step. A step used to end when all its transfers
+// had: its receives and its sends. But a send completes only when the peer has
+// taken the data (shm: the peer copied it; UCX: the socket or the peer's get
+// took it), so a rank whose receives were in still waited for a peer to be
+// scheduled. On layout d (4 nodes x 2 ranks, 1 Gbit/s, 4 MiB) the node's
+// reduce-scatter steps waited 3.4 ms on average after their receives, and a
+// node's link idled while its first chunk did (the timeline, BC_TIMELINE_FILE).
+// Now a step ends when its receives are in; its sends still out move to
+// lagging_, are tested on every pass, and hold back only
+//   - a step that writes what one of them reads (a copying step's receives
+//     land in work at posting; a reducing step writes its ranges at the end),
+//   - the end of the chunk: the buffer is the caller's once every send is out.
+// Sends read work (or the caller's input, which nothing writes), so this is
+// the whole hazard; scratch is only received into.
+Status Execution::test_lagging() {
+  size_t kept = 0;
+  for (size_t i = 0; i < lagging_.size(); ++i) {
+    LaggingSend &l = lagging_[i];
+    bool d = false;
+    ++tests_;
+    BC_CHECK(l.req.transport->test(&l.req, &d));
+    if (d) {
+      ++completions_;
+      if (timeline::on()) note(timeline::Kind::SendDone, l.step, l.peer, l.bytes);
+      continue;
+    }
+    if (kept != i) lagging_[kept] = l;
+    ++kept;
+  }
+  lagging_.resize(kept);
+  return BC_OK;
+}
+
+bool Execution::send_reads(const Range &r) const {
+  for (const LaggingSend &l : lagging_)
+    if (intersect(l.src, r).count > 0) return true;
+  for (size_t i = 0; i < reqs_.size(); ++i)
+    if (!req_done_[i] && intersect(send_src_[i], r).count > 0) return true;
+  return false;
+}
+
+bool Execution::writes_busy(const Step &st) const {
+  for (const Xfer &x : st.recvs)
+    if (send_reads(x.range)) return true;
+  return st.finish_avg && send_reads(st.avg_range);
+}
+
+void Execution::note(timeline::Kind kind, size_t step, int peer, int64_t bytes) const {
+  const Step &st = prog_->steps[step];
+  timeline::record(kind, ctx_.timeline_comm, seq_, static_cast<int>(step), st.stage,
                    st.combine == Combine::Reduce ? 1 : 0, peer, static_cast<uint64_t>(bytes), lane_);
 }
 
@@ -58,7 +110,7 @@ void Execution::note_transfer(size_t request) const {
   const Step &st = prog_->steps[step_];
   const bool recv = request < st.recvs.size();
   const Xfer &x = recv ? st.recvs[request] : st.sends[request - st.recvs.size()];
-  note(recv ? timeline::Kind::RecvDone : timeline::Kind::SendDone, st, x.peer,
+  note(recv ? timeline::Kind::RecvDone : timeline::Kind::SendDone, step_, x.peer,
        x.range.count * static_cast<int64_t>(elem_));
 }
 
@@ -98,13 +150,18 @@ void Execution::cancel_all() {
   for (size_t i = 0; i < reqs_.size(); ++i)
     if (reqs_[i].active && !req_done_[i]) reqs_[i].transport->cancel(&reqs_[i]);
   reqs_.clear();
+  for (LaggingSend &l : lagging_)
+    if (l.req.active) l.req.transport->cancel(&l.req);
+  lagging_.clear();
 }
 
 Status Execution::post_step() {
   const Step &st = prog_->steps[step_];
   reqs_.assign(st.recvs.size() + st.sends.size(), TransportRequest{});
   req_done_.assign(reqs_.size(), 0);
+  send_src_.assign(reqs_.size(), Range{});
   remaining_ = reqs_.size();
+  recvs_left_ = st.recvs.size();
   size_t i = 0;
   int64_t scratch_off = 0;
   // Receives first, so that a peer's eager send finds its buffer.
@@ -121,9 +178,14 @@ Status Execution::post_step() {
   }
   for (const Xfer &x : st.sends) {
     const unsigned char *src = work_ + x.range.offset * elem_;
+    send_src_[i] = x.range;
     if (!untouched_.empty()) {
-      if (untouched(x.range)) src = input_ + x.range.offset * elem_;  // as given: no copy
-      else materialize(x.range);  // partly in work already: complete it there
+      if (untouched(x.range)) {
+        src = input_ + x.range.offset * elem_;  // as given: no copy
+        send_src_[i] = Range{};                // nothing of work to keep unwritten
+      } else {
+        materialize(x.range);  // partly in work already: complete it there
+      }
     }
     Transport *t = (*ctx_.peer_transport)[x.peer];
     BC_CHECK(t->post_send(x.peer, src, x.range.count * elem_, ctx_.mem, st.tag | seq_bits_, &reqs_[i++]));
@@ -133,7 +195,7 @@ Status Execution::post_step() {
     for (const Xfer &x : st.recvs) overwritten(x.range);
   posted_ = true;
   step_start_ = Clock::now();
-  if (timeline::on()) note(timeline::Kind::StepPost, st, -1, 0);
+  if (timeline::on()) note(timeline::Kind::StepPost, step_, -1, 0);
   return BC_OK;
 }
 
@@ -179,7 +241,7 @@ Status Execution::finish_step() {
   if (st.finish_avg)
     BC_CHECK(reduce_finish_avg(work_ + st.avg_range.offset * elem_, st.avg_range.count, ctx_.dtype,
                                ctx_.nranks, ctx_.mem));
-  if (timeline::on()) note(timeline::Kind::StepDone, st, -1, 0);
+  if (timeline::on()) note(timeline::Kind::StepDone, step_, -1, 0);
   if (st.stage >= 0)
     stage_seconds_[st.stage] += std::chrono::duration<double>(Clock::now() - step_start_).count();
   reqs_.clear();
@@ -189,8 +251,15 @@ Status Execution::finish_step() {
 }
 
 Status Execution::progress(bool *done) {
+  *done = false;
+  if (!lagging_.empty()) BC_CHECK(test_lagging());
   while (step_ < prog_->steps.size()) {
-    if (!posted_) BC_CHECK(post_step());
+    const Step &st = prog_->steps[step_];
+    if (!posted_) {
+      // A copying step's receives land in work at once: not where a send still reads.
+      if (st.combine == Combine::Copy && !lagging_.empty() && writes_busy(st)) return BC_OK;
+      BC_CHECK(post_step());
+    }
     for (size_t i = 0; i < reqs_.size() && remaining_ > 0; ++i) {
       if (req_done_[i]) continue;
       bool d = false;
@@ -200,16 +269,23 @@ Status Execution::progress(bool *done) {
         if (timeline::on()) note_transfer(i);
         req_done_[i] = 1;
         --remaining_;
+        if (i < st.recvs.size()) --recvs_left_;
         ++completions_;
       }
     }
-    if (remaining_ > 0) {
-      *done = false;
-      return BC_OK;
-    }
+    if (recvs_left_ > 0) return BC_OK;
+    // Every receive is in. Sends still out hold the step back only where its
+    // reduction (or average) writes what they read.
+    if ((remaining_ > 0 || !lagging_.empty()) && writes_busy(st)) return BC_OK;
+    for (size_t i = st.recvs.size(); i < reqs_.size(); ++i)
+      if (!req_done_[i]) {
+        const Xfer &x = st.sends[i - st.recvs.size()];
+        lagging_.push_back(LaggingSend{reqs_[i], send_src_[i], step_, x.peer, x.range.count * static_cast<int64_t>(elem_)});
+      }
     BC_CHECK(finish_step());
     ++completions_;
   }
+  if (!lagging_.empty()) return BC_OK;  // the chunk's buffer is the caller's once every send is out
   if (!untouched_.empty()) materialize(Range{0, prog_->count});  // what no step touched
   *done = true;
   return BC_OK;
@@ -217,21 +293,28 @@ Status Execution::progress(bool *done) {
 
 std::string Execution::pending() const {
   std::ostringstream os;
-  if (step_ >= prog_->steps.size()) return " nothing";
-  const Step &st = prog_->steps[step_];
-  os << " step " << step_ << " of " << prog_->steps.size();
-  if (st.stage >= 0) os << " (stage " << st.stage + 1 << ")";
-  os << ":";
-  size_t i = 0;
-  for (const Xfer &x : st.recvs) {
-    if (i < req_done_.size() && !req_done_[i]) os << " recv from rank " << x.peer << " (" << x.range.count * elem_ << " B)";
-    ++i;
+  if (step_ < prog_->steps.size()) {
+    const Step &st = prog_->steps[step_];
+    os << " step " << step_ << " of " << prog_->steps.size();
+    if (st.stage >= 0) os << " (stage " << st.stage + 1 << ")";
+    os << ":";
+    size_t i = 0;
+    for (const Xfer &x : st.recvs) {
+      if (i < req_done_.size() && !req_done_[i]) os << " recv from rank " << x.peer << " (" << x.range.count * elem_ << " B)";
+      ++i;
+    }
+    for (const Xfer &x : st.sends) {
+      if (i < req_done_.size() && !req_done_[i]) os << " send to rank " << x.peer << " (" << x.range.count * elem_ << " B)";
+      ++i;
+    }
   }
-  for (const Xfer &x : st.sends) {
-    if (i < req_done_.size() && !req_done_[i]) os << " send to rank " << x.peer << " (" << x.range.count * elem_ << " B)";
-    ++i;
+  if (!lagging_.empty()) {
+    os << " [sends of earlier steps still out:";
+    for (const LaggingSend &l : lagging_) os << " to rank " << l.peer << " (" << l.bytes << " B, step " << l.step << ")";
+    os << "]";
   }
-  return os.str();
+  const std::string what = os.str();
+  return what.empty() ? " nothing" : what;
 }
 
 }  // namespace bc

@@ -2,7 +2,9 @@
 //
 // Execution runs one Program (one chunk of a collective) and is non-blocking:
 // progress() posts the current Step's receives and sends, tests them, reduces
-// what arrived and moves on, never waiting. Operation (operation.h) runs the
+// what arrived and moves on, never waiting. A step ends when its receives are
+// in: a send still out goes on alongside later steps ("Sends that outlive
+// their step" in executor.cc). Operation (operation.h) runs the
 // chunks of a collective through a window of Executions and does the waiting.
 #pragma once
 
@@ -72,8 +74,12 @@ class Execution {
   Status finish_step();
   Status reduce_in_member_order(const Step &st);
   // Timeline records (core/timeline.h), only when it is on.
-  void note(timeline::Kind kind, const Step &st, int peer, int64_t bytes) const;
+  void note(timeline::Kind kind, size_t step, int peer, int64_t bytes) const;
   void note_transfer(size_t request) const;
+  // Sends that outlive their step (executor.cc).
+  Status test_lagging();
+  bool send_reads(const Range &r) const;  // a send still out reads part of r (in work)
+  bool writes_busy(const Step &st) const;  // st writes what a send still out reads
   // Lazy input: the ranges of `work` that still lack their input.
   bool untouched(const Range &r) const;       // all of r lacks it
   void materialize(const Range &r);           // copy what r lacks from the input
@@ -94,9 +100,19 @@ class Execution {
   int lane_ = 0;
   size_t step_ = 0;
   bool posted_ = false;
-  std::vector<TransportRequest> reqs_;
+  std::vector<TransportRequest> reqs_;  // the current step's: receives, then sends
   std::vector<char> req_done_;
+  std::vector<Range> send_src_;  // per request: the range of work a send reads; empty for receives and sends from input
   size_t remaining_ = 0;
+  size_t recvs_left_ = 0;
+  struct LaggingSend {
+    TransportRequest req;
+    Range src;  // of work; empty when it reads the input
+    size_t step;
+    int peer;
+    int64_t bytes;
+  };
+  std::vector<LaggingSend> lagging_;  // sends of finished steps still out, in posting order
   uint64_t completions_ = 0;
   uint64_t tests_ = 0;
   std::vector<double> stage_seconds_;
