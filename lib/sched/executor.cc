@@ -304,13 +304,15 @@ std::string Execution::pending() const {
     os << " step " << step_ << " of " << prog_->steps.size();
     if (st.stage >= 0) os << " (stage " << st.stage + 1 << ")";
     os << ":";
+    // Not posted yet: its receives would overwrite what a send still out reads.
+    if (!posted_) os << " not posted until the sends below are taken";
     size_t i = 0;
     for (const Xfer &x : st.recvs) {
-      if (i < req_done_.size() && !req_done_[i]) os << " recv from rank " << x.peer << " (" << x.range.count * elem_ << " B)";
+      if (posted_ && i < req_done_.size() && !req_done_[i]) os << " recv from rank " << x.peer << " (" << x.range.count * elem_ << " B)";
       ++i;
     }
     for (const Xfer &x : st.sends) {
-      if (i < req_done_.size() && !req_done_[i]) os << " send to rank " << x.peer << " (" << x.range.count * elem_ << " B)";
+      if (posted_ && i < req_done_.size() && !req_done_[i]) os << " send to rank " << x.peer << " (" << x.range.count * elem_ << " B)";
       ++i;
     }
   }
