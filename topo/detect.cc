@@ -435,8 +435,8 @@ constexpr size_t kTopoCacheSize = 16;
 std::mutex g_topo_mutex;
 std::vector<CachedTopo> g_topos;
 
-// The members' world ranks; false when some are not in MPI_COMM_WORLD
-// (spawned processes): such communicators are not cached.
+}  // namespace
+
 bool world_ranks_of(MPI_Comm comm, std::vector<int> *out) {
   MPI_Group group = MPI_GROUP_NULL, world = MPI_GROUP_NULL;
   int size = 0;
@@ -453,8 +453,6 @@ bool world_ranks_of(MPI_Comm comm, std::vector<int> *out) {
   if (world != MPI_GROUP_NULL) MPI_Group_free(&world);
   return ok;
 }
-
-}  // namespace
 
 // A communicator over the same processes as one detected before, with the
 // same settings, takes that layout after one allreduce that says every rank

@@ -3,6 +3,8 @@
 
 #include <mpi.h>
 
+#include <vector>
+
 #include "core/params.h"
 #include "topo/topo.h"
 
@@ -16,5 +18,10 @@ namespace bc {
 // and a hash of its settings, so every rank sees the same layout (uneven and
 // non-contiguous placements included) and all ranks fail together or not at all.
 Status topo_detect(MPI_Comm comm, const ParamSet &params, Topology *out);
+
+// The members of `comm` as ranks of MPI_COMM_WORLD, in communicator order.
+// False when some are not in it (spawned processes: those entries are
+// MPI_UNDEFINED) or MPI failed. Local: no communication.
+bool world_ranks_of(MPI_Comm comm, std::vector<int> *out);
 
 }  // namespace bc

@@ -8,6 +8,7 @@
 #include "api/comm.h"
 #include "core/log.h"
 #include "core/timeline.h"
+#include "topo/detect.h"
 
 namespace bc {
 namespace {
@@ -67,16 +68,10 @@ Status comm_timeline_setup(bc_comm *c) {
   timeline::CommClock clock;
   clock.rank = c->rank;
   clock.size = c->size;
-  MPI_Group group, world;
-  BC_MPI_CHECK(MPI_Comm_group(c->mpi, &group));
-  BC_MPI_CHECK(MPI_Comm_group(MPI_COMM_WORLD, &world));
-  std::vector<int> ranks(static_cast<size_t>(c->size));
-  for (int i = 0; i < c->size; ++i) ranks[static_cast<size_t>(i)] = i;
-  clock.world_ranks.resize(ranks.size());
-  const int rc = MPI_Group_translate_ranks(group, c->size, ranks.data(), world, clock.world_ranks.data());
-  MPI_Group_free(&group);
-  MPI_Group_free(&world);
-  BC_MPI_CHECK(rc);
+  // Where a member is not in MPI_COMM_WORLD (spawned), its entry stays
+  // MPI_UNDEFINED and the report finds no file for it.
+  if (!world_ranks_of(c->mpi, &clock.world_ranks) && clock.world_ranks.size() != static_cast<size_t>(c->size))
+    return BC_FAIL(BC_ERR_MPI, "timeline: the communicator's group could not be mapped to MPI_COMM_WORLD");
   int key[2] = {timeline::world_rank(), 0};
   if (c->rank == 0) key[1] = static_cast<int>(timeline::take_key_number());
   BC_MPI_CHECK(MPI_Bcast(key, 2, MPI_INT, 0, c->mpi));
