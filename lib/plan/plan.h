@@ -113,6 +113,7 @@ struct Program {
   int64_t count = 0;          // elements of the work buffer
   std::vector<Step> steps;
   int64_t scratch_elems = 0;  // scratch needed by the largest Reduce step
+  size_t sends = 0;           // over all steps: the most that can outlive their steps at once (executor.cc)
   std::vector<Algo> stage_algos;  // the algorithm each stage ended up with
 };
 

@@ -210,6 +210,7 @@ Status build_program(const Hierarchy &h, int rank, CollKind kind, int64_t count,
   if (kind != CollKind::ReduceScatter) BC_CHECK(b.all_gather_phase());
 
   for (const Step &st : prog.steps) {
+    prog.sends += st.sends.size();
     if (st.combine != Combine::Reduce) continue;
     int64_t need = 0;
     for (const Xfer &x : st.recvs) need += x.range.count;

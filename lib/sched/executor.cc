@@ -42,9 +42,7 @@ void Execution::start(const Program &prog, const ExecContext &ctx, void *work, v
   tests_ = 0;
   stage_seconds_.assign(prog.stage_algos.size(), 0.0);
   // Room for every send to outlive its step, so that a warm call allocates nothing.
-  size_t sends = 0;
-  for (const Step &st : prog.steps) sends += st.sends.size();
-  if (lagging_.capacity() < sends) lagging_.reserve(sends);
+  if (lagging_.capacity() < prog.sends) lagging_.reserve(prog.sends);
   untouched_.clear();
   if (input_ && prog.count > 0) untouched_.push_back(Range{0, prog.count});
   reducer_status_ = reducer_for(ctx.dtype, ctx.op, ctx.mem, &reducer_);

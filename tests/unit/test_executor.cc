@@ -196,6 +196,9 @@ void run_allreduce(const Hierarchy &h, int p, int64_t n, Algo algo, Hierarchy::S
   std::vector<std::vector<int64_t>> work(static_cast<size_t>(p));
   for (int r = 0; r < p; ++r) {
     REQUIRE(build_program(h, r, CollKind::Allreduce, n, algo, false, &progs[r], top) == BC_OK);
+    size_t sends = 0;  // Program::sends sizes the executor's list of sends still out
+    for (const Step &st : progs[r].steps) sends += st.sends.size();
+    REQUIRE(progs[r].sends == sends);
     work[r].resize(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) work[r][i] = contrib(r, i);
   }
@@ -267,6 +270,8 @@ TEST_CASE("executor: a copying step does not receive over a range still being se
   progs[2].steps[0].sends.push_back(Xfer{0, X});
   progs[2].steps[1].tag = 2;
   progs[2].steps[1].sends.push_back(Xfer{0, R});
+  progs[0].sends = 1;  // as build_program counts them
+  progs[2].sends = 2;
   for (Delivery d : {Delivery::Oldest, Delivery::Newest, Delivery::Random}) {
     INFO("delivery " << delivery_name(d));
     const std::vector<std::vector<int64_t>> work = {{10, 11, 12, 13, 14, 15}, {-1, -1, -1, -1, -1, -1},
