@@ -16,7 +16,7 @@ double median(const double *v, int n) {
 }
 
 // Where in bucket b's probe sequence its call `k` falls: BlueConnect's half
-// first, but for a close call's second look.
+// first, but for a second look.
 Path probe_path(int b, int k, bool mpi_first) {
   const bool first_half = k < SizeRoute::probes(b) / 2;
   return first_half != mpi_first ? Path::Bc : Path::Mpi;
@@ -61,20 +61,21 @@ void SizeRoute::record(int64_t bytes, Path path, double seconds, const Agree &ag
   if (!agree(&bc, &mpi)) {  // stays with BlueConnect, for good: no look follows
     b.path = Path::Bc;
     b.bc_median = b.mpi_median = 0;
-    b.close = false;
+    b.recheck = false;
     b.late = kLateLooks;
     return;
   }
   if (b.looks > 0) {
     bc = std::min(bc, b.bc_median);
     mpi = std::min(mpi, b.mpi_median);
-  } else {
-    b.close = std::max(bc, mpi) < kRecheckRatio * std::min(bc, mpi);
   }
   ++b.looks;
   b.bc_median = bc;
   b.mpi_median = mpi;
   b.path = bc + kMinWinSeconds <= mpi ? Path::Bc : Path::Mpi;
+  // The first look probed BlueConnect first, so its medians carry the first
+  // touches: one given to MPI is looked at again however clear (the header says why).
+  if (b.looks == 1) b.recheck = b.path == Path::Mpi || std::max(bc, mpi) < kRecheckRatio * std::min(bc, mpi);
 }
 
 bool SizeRoute::final_route(int64_t bytes, Path *path) const {
@@ -114,7 +115,7 @@ std::string SizeRoute::describe() const {
     else
       std::snprintf(line + n, sizeof line - n, "%s (slowest rank's median%s: blueconnect %.2f us, mpi %.2f us)%s",
                     b.path == Path::Bc ? "blueconnect" : "mpi", looks, b.bc_median * 1e6, b.mpi_median * 1e6,
-                    second_look_pending(b) ? "; close: a second look follows" : "");
+                    second_look_pending(b) ? "; a second look follows" : "");
     out += line;
     out += '\n';
   }

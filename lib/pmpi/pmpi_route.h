@@ -45,19 +45,23 @@
 // (docs/PMPI.md, 2026-12-03). What it can give up is 0.1 us a call: under
 // 5 % of any call longer than 2 us.
 //
-// A decision by less than kRecheckRatio is looked at twice: the bucket's
-// first kRecheckAfter calls after it follow it, then the probes run once more
-// with MPI first. Why: the library probed first pays the first touches of new
-// buffers and of its own scratch; at np 4 on 2 cores one look sent 2 MiB to
-// MPI (medians 2.49 against 2.40 ms) and another 1 MiB (1.75 against
-// 1.03 ms) where BlueConnect's loops take 1.0 and 0.6 ms, MPI's 1.2 and
-// 0.7 ms. The cost, once per bucket of a program that makes more than
-// kRecheckAfter calls of it: at most probes(bucket) / 2 calls of the slower
-// library (73 up to 4 KiB, 10 from 32 KiB to 1 MiB, 4 above), each under
-// kRecheckRatio times the faster's.
+// A first look that goes to MPI, or that BlueConnect wins by less than
+// kRecheckRatio, is looked at twice: the bucket's first kRecheckAfter calls
+// after it follow it, then the probes run once more with MPI first. Why: the
+// library probed first (BlueConnect) pays the first touches of new buffers
+// and of its own scratch; at np 4 on 2 cores one look sent 2 MiB to MPI
+// (medians 2.49 against 2.40 ms) and another 1 MiB (1.75 against 1.03 ms)
+// where BlueConnect's loops take 1.0 and 0.6 ms, MPI's 1.2 and 0.7 ms; at
+// np 8 a 1 MiB look read 2.98 against 1.47 ms (2.7-3.0 ms in 2 of 3 jobs,
+// 2026-12-05) where BlueConnect's loop takes 1.0 ms and MPI's 1.2: no factor
+// bounds how much the first touches add, so MPI's win is never taken on
+// one look. BlueConnect's clear win is: it won despite them. The cost, once
+// per bucket of a program that makes more than kRecheckAfter calls of it:
+// probes(bucket) / 2 calls of the slower library (73 up to 4 KiB, 10 from
+// 32 KiB to 1 MiB, 4 above).
 //
 // Every decision is looked at again late, at the bucket's kLateLookCalls[i]-th
-// calls (BlueConnect first), whether it was close or not. Why: a job's first
+// calls (BlueConnect first), with or without a second look. Why: a job's first
 // calls run in its start-up conditions, which pass. At np 2 with unbound
 // ranks (mpirun --bind-to none), two ranks that have just blocked (at launch,
 // or after a sleep) often share one CPU for their first 1 000-4 000 calls
@@ -91,8 +95,8 @@ class SizeRoute {
   static constexpr int64_t kLargeBytes = 1 << 20;
   static constexpr int kRunMaxCalls = 8;           // calls in one sample, for the smallest sizes
   static constexpr int64_t kRunBytes = 32 << 10;   // a sample carries about this many bytes, up to kRunMaxCalls calls
-  static constexpr double kRecheckRatio = 2.0;  // a decision by less than this factor: a second look
-  static constexpr int kRecheckAfter = 32;  // calls of the bucket between a close call's two looks
+  static constexpr double kRecheckRatio = 2.0;  // BlueConnect's win by less than this factor: a second look
+  static constexpr int kRecheckAfter = 32;  // calls of the bucket between a first and a second look
   static constexpr double kMinWinSeconds = 0.1e-6;  // BlueConnect's median must be lower by this
   static constexpr int kLateLooks = 2;
   static constexpr uint64_t kLateLookCalls[kLateLooks] = {4096, 65536};  // the bucket's calls, probes included
@@ -149,9 +153,9 @@ class SizeRoute {
     int calls = 0;           // probes of the running look so far (stops at probes(bucket))
     int looks = 0;           // looks completed
     int late = 0;            // late looks started, toward kLateLooks
-    bool mpi_first = false;  // the running look probes MPI first (a close call's second look)
-    int since = 0;           // calls since a close first look, toward kRecheckAfter
-    bool close = false;      // the first look's medians were within kRecheckRatio: look again soon
+    bool mpi_first = false;  // the running look probes MPI first (a second look)
+    int since = 0;           // calls since a first look to recheck, toward kRecheckAfter
+    bool recheck = false;    // the first look went to MPI, or its medians were within kRecheckRatio: look again soon
     bool decided = false;
     Path path = Path::Bc;
     double bc[kTimedSmall] = {};   // seconds per sample (the sum of its calls' times)
@@ -160,8 +164,8 @@ class SizeRoute {
     uint64_t served[2] = {0, 0};            // calls by path, probes included
     uint64_t calls_total() const { return served[0] + served[1]; }
   };
-  // A close first look waits for its second, with MPI first.
-  static bool second_look_pending(const Bucket &b) { return b.decided && b.close && b.looks == 1; }
+  // A first look to recheck waits for its second, with MPI first.
+  static bool second_look_pending(const Bucket &b) { return b.decided && b.recheck && b.looks == 1; }
   static bool late_look_due(const Bucket &b) {
     return b.decided && !second_look_pending(b) && b.late < kLateLooks && b.calls_total() >= kLateLookCalls[b.late];
   }

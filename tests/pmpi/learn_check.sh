@@ -5,10 +5,10 @@
 #   1. learn: the result is right; every rank's BC_PMPI_STATS has the bucket
 #      of 8-15 bytes with 340 calls, at least 73 probes through each library,
 #      and a decision; every rank took the same decision with the same times.
-#      340 calls cover the longest learning, a close first look and its
-#      second look (SizeRoute::learning_calls: 324 up to 4 KiB, probes timed
-#      as runs of 8 calls); with fewer a close first look (medians within 2x,
-#      as on a loaded machine) may still be learning;
+#      340 calls cover the longest learning, a first look and its second
+#      look (SizeRoute::learning_calls: 324 up to 4 KiB, probes timed as runs
+#      of 8 calls); with fewer a first look that went to MPI or was close
+#      (medians within 2x, as on a loaded machine) may still be learning;
 #   2. BC_PMPI_ROUTE=bc: every call served by BlueConnect, no route lines;
 #   3. `pmpi_check --reuse 400`: three communicators made and freed in turn
 #      (a freed handle is often the next one's), 8-byte calls with other

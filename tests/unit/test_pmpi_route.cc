@@ -168,7 +168,7 @@ TEST_CASE("SizeRoute: a close call gets a second look with MPI first; the lower 
   // Round 0: BlueConnect's probes pay first touches (2.49 ms), MPI 2.40 ms: MPI, but close.
   std::vector<Path> first = probe(&r, bytes, 2.49e-3, 2.40e-3, as_is());
   CHECK(first.front() == Path::Bc);
-  CHECK_THAT(r.describe(), Catch::Matchers::Contains("close: a second look follows"));
+  CHECK_THAT(r.describe(), Catch::Matchers::Contains("mpi 2400.00 us); a second look follows"));
   bool timed = true;
   for (int k = 0; k < SizeRoute::kRecheckAfter; ++k) {
     CHECK(r.next(bytes, &timed) == Path::Mpi);
@@ -200,11 +200,14 @@ TEST_CASE("SizeRoute: final_route says when a caller may route a bucket itself",
   SizeRoute r;
   Path path = Path::Bc;
   CHECK_FALSE(r.final_route(1 << 20, &path));  // never seen
-  probe(&r, 1 << 20, 3e-3, 1e-3, as_is());      // MPI three times as fast: final at once
+  probe(&r, 1 << 20, 1e-3, 3e-3, as_is());      // BlueConnect three times as fast: final at once
   REQUIRE(r.final_route(1 << 20, &path));
-  CHECK(path == Path::Mpi);
-  r.count_final(1 << 20, Path::Mpi);
-  CHECK_THAT(r.describe(), Catch::Matchers::Contains("bytes 1048576-2097151: blueconnect 4, mpi 5;"));
+  CHECK(path == Path::Bc);
+  r.count_final(1 << 20, Path::Bc);
+  CHECK_THAT(r.describe(), Catch::Matchers::Contains("bytes 1048576-2097151: blueconnect 5, mpi 4;"));
+  // MPI's clear win is not final until its second look is done.
+  probe(&r, 4 << 20, 3e-3, 1e-3, as_is());
+  CHECK_FALSE(r.final_route(4 << 20, &path));
   // A close call is not final until its second look is done.
   const int64_t bytes = 2 << 20;
   probe(&r, bytes, 1.1e-3, 1.0e-3, as_is());
@@ -222,15 +225,45 @@ TEST_CASE("SizeRoute: final_route says when a caller may route a bucket itself",
   }
 }
 
-TEST_CASE("SizeRoute: a clear call gets no second look", "[pmpi]") {
+TEST_CASE("SizeRoute: BlueConnect's clear win gets no second look; MPI's, however clear, does", "[pmpi]") {
+  const int64_t bytes = 1 << 20;
+  const int b = SizeRoute::bucket_of(bytes);
   SizeRoute r;
-  probe(&r, 1 << 20, 3e-3, 1e-3, as_is());  // MPI three times as fast
+  probe(&r, bytes, 1e-3, 3e-3, as_is());  // BlueConnect three times as fast, though probed first
   CHECK_THAT(r.describe(), !Catch::Matchers::Contains("second look"));
   bool timed = true;
   for (int k = 0; k < 4 * SizeRoute::kRecheckAfter; ++k) {
-    CHECK(r.next(1 << 20, &timed) == Path::Mpi);
+    CHECK(r.next(bytes, &timed) == Path::Bc);
     CHECK_FALSE(timed);
   }
+  // np 8 on 2 cores, 1 MiB (2026-12-05): BlueConnect's first probes read 2.98 ms where its loop takes 1.0 ms,
+  // MPI's 1.47 ms. The first look gives the bucket to MPI; the second, MPI first, finds BlueConnect's loop time.
+  SizeRoute s;
+  probe(&s, bytes, 2.98e-3, 1.47e-3, as_is());
+  CHECK_THAT(s.describe(), Catch::Matchers::Contains("blueconnect 2980.00 us, mpi 1470.00 us); a second look follows"));
+  for (int k = 0; k < SizeRoute::kRecheckAfter; ++k) {
+    CHECK(s.next(bytes, &timed) == Path::Mpi);
+    CHECK_FALSE(timed);
+  }
+  std::vector<Path> second = probe(&s, bytes, 1.0e-3, 1.2e-3, as_is());
+  std::vector<Path> want(SizeRoute::probes(b) / 2, Path::Mpi);
+  want.resize(SizeRoute::probes(b), Path::Bc);
+  CHECK(second == want);
+  CHECK(s.next(bytes, &timed) == Path::Bc);
+  CHECK_FALSE(timed);
+  CHECK_THAT(s.describe(), Catch::Matchers::Contains("blueconnect (slowest rank's median, lower of two looks: "
+                                                     "blueconnect 1000.00 us, mpi 1200.00 us)"));
+  // Where MPI is faster in both looks it keeps the bucket, and no third look follows before the late ones.
+  SizeRoute t;
+  probe(&t, bytes, 3e-3, 1e-3, as_is());
+  for (int k = 0; k < SizeRoute::kRecheckAfter; ++k) t.next(bytes, &timed);
+  probe(&t, bytes, 2.5e-3, 1.1e-3, as_is());
+  for (int k = 0; k < 4 * SizeRoute::kRecheckAfter; ++k) {
+    CHECK(t.next(bytes, &timed) == Path::Mpi);
+    CHECK_FALSE(timed);
+  }
+  CHECK_THAT(t.describe(), Catch::Matchers::Contains("mpi (slowest rank's median, lower of two looks: "
+                                                     "blueconnect 2500.00 us, mpi 1000.00 us)"));
 }
 
 namespace {
@@ -318,11 +351,15 @@ TEST_CASE("SizeRoute: a late look that finds the same keeps the route; count_fin
   const int64_t bytes = 1 << 20;
   SizeRoute r;
   uint64_t calls = 0;
-  probe(&r, bytes, 3e-3, 1e-3, as_is());  // MPI three times as fast: no second look
+  probe(&r, bytes, 3e-3, 1e-3, as_is());  // MPI three times as fast: a second look (MPI first) finds the same
+  calls += SizeRoute::probes(SizeRoute::bucket_of(bytes));
+  bool timed = false;
+  for (int k = 0; k < SizeRoute::kRecheckAfter; ++k) r.next(bytes, &timed);
+  calls += SizeRoute::kRecheckAfter;
+  probe(&r, bytes, 3e-3, 1e-3, as_is());
   calls += SizeRoute::probes(SizeRoute::bucket_of(bytes));
   CHECK_FALSE(r.count_final(bytes, Path::Bc));  // the route is MPI's: a memo for BlueConnect is stale
   follow_until(&r, bytes, SizeRoute::kLateLookCalls[0], &calls, Path::Mpi);
-  bool timed = false;
   CHECK(r.next(bytes, &timed) == Path::Bc);  // the late look's first (untimed) probe
   CHECK_FALSE(timed);
   CHECK(r.unprobed(bytes) == Path::Mpi);  // a non-blocking call keeps the decision while the look runs
@@ -334,7 +371,7 @@ TEST_CASE("SizeRoute: a late look that finds the same keeps the route; count_fin
   Path path = Path::Bc;
   REQUIRE(r.final_route(bytes, &path));
   CHECK(path == Path::Mpi);
-  CHECK_THAT(r.describe(), Catch::Matchers::Contains("mpi (slowest rank's median, lower of two looks, 1 late: "
+  CHECK_THAT(r.describe(), Catch::Matchers::Contains("mpi (slowest rank's median, lowest of 3 looks, 1 late: "
                                                      "blueconnect 2900.00 us, mpi 1000.00 us)"));
   // A failed agreement keeps BlueConnect for good: no late look follows it.
   SizeRoute failed;
