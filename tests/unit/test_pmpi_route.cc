@@ -28,6 +28,25 @@ SizeRoute::Agree as_is() {
   return [](double *, double *) { return true; };
 }
 
+// A bucket whose first look went to MPI: its next kRecheckAfter calls follow that, then the second look probes MPI
+// first and finds BlueConnect at its loop's 1.0 ms against MPI's 1.2, and BlueConnect takes the bucket.
+void second_look_finds_bc(SizeRoute *r, int64_t bytes) {
+  const int b = SizeRoute::bucket_of(bytes);
+  bool timed = true;
+  for (int k = 0; k < SizeRoute::kRecheckAfter; ++k) {
+    CHECK(r->next(bytes, &timed) == Path::Mpi);
+    CHECK_FALSE(timed);
+  }
+  std::vector<Path> second = probe(r, bytes, 1.0e-3, 1.2e-3, as_is());
+  std::vector<Path> want(SizeRoute::probes(b) / 2, Path::Mpi);
+  want.resize(SizeRoute::probes(b), Path::Bc);
+  CHECK(second == want);
+  CHECK(r->next(bytes, &timed) == Path::Bc);
+  CHECK_FALSE(timed);
+  CHECK_THAT(r->describe(), Catch::Matchers::Contains("blueconnect (slowest rank's median, lower of two looks: "
+                                                      "blueconnect 1000.00 us, mpi 1200.00 us)"));
+}
+
 }  // namespace
 
 TEST_CASE("SizeRoute: buckets are powers of two", "[pmpi]") {
@@ -163,26 +182,14 @@ TEST_CASE("SizeRoute: a tiny call is timed as a run of calls, so alternating cal
 
 TEST_CASE("SizeRoute: a close call gets a second look with MPI first; the lower medians decide", "[pmpi]") {
   const int64_t bytes = 2 << 20;
-  const int b = SizeRoute::bucket_of(bytes);
   SizeRoute r;
   // Round 0: BlueConnect's probes pay first touches (2.49 ms), MPI 2.40 ms: MPI, but close.
   std::vector<Path> first = probe(&r, bytes, 2.49e-3, 2.40e-3, as_is());
   CHECK(first.front() == Path::Bc);
   CHECK_THAT(r.describe(), Catch::Matchers::Contains("mpi 2400.00 us); a second look follows"));
-  bool timed = true;
-  for (int k = 0; k < SizeRoute::kRecheckAfter; ++k) {
-    CHECK(r.next(bytes, &timed) == Path::Mpi);
-    CHECK_FALSE(timed);
-  }
   // Round 1: MPI first this time, and BlueConnect at its loop's 1.0 ms.
-  std::vector<Path> second = probe(&r, bytes, 1.0e-3, 1.2e-3, as_is());
-  std::vector<Path> want(SizeRoute::probes(b) / 2, Path::Mpi);
-  want.resize(SizeRoute::probes(b), Path::Bc);
-  CHECK(second == want);
-  CHECK(r.next(bytes, &timed) == Path::Bc);
-  CHECK_FALSE(timed);
-  const std::string d = r.describe();
-  CHECK_THAT(d, Catch::Matchers::Contains("blueconnect (slowest rank's median, lower of two looks: blueconnect 1000.00 us, mpi 1200.00 us)"));
+  second_look_finds_bc(&r, bytes);
+  bool timed = true;
   // Decided until the first late look: no third look soon after.
   for (int k = 0; k < 3 * SizeRoute::kRecheckAfter; ++k) {
     CHECK(r.next(bytes, &timed) == Path::Bc);
@@ -227,7 +234,6 @@ TEST_CASE("SizeRoute: final_route says when a caller may route a bucket itself",
 
 TEST_CASE("SizeRoute: BlueConnect's clear win gets no second look; MPI's, however clear, does", "[pmpi]") {
   const int64_t bytes = 1 << 20;
-  const int b = SizeRoute::bucket_of(bytes);
   SizeRoute r;
   probe(&r, bytes, 1e-3, 3e-3, as_is());  // BlueConnect three times as fast, though probed first
   CHECK_THAT(r.describe(), !Catch::Matchers::Contains("second look"));
@@ -241,18 +247,7 @@ TEST_CASE("SizeRoute: BlueConnect's clear win gets no second look; MPI's, howeve
   SizeRoute s;
   probe(&s, bytes, 2.98e-3, 1.47e-3, as_is());
   CHECK_THAT(s.describe(), Catch::Matchers::Contains("blueconnect 2980.00 us, mpi 1470.00 us); a second look follows"));
-  for (int k = 0; k < SizeRoute::kRecheckAfter; ++k) {
-    CHECK(s.next(bytes, &timed) == Path::Mpi);
-    CHECK_FALSE(timed);
-  }
-  std::vector<Path> second = probe(&s, bytes, 1.0e-3, 1.2e-3, as_is());
-  std::vector<Path> want(SizeRoute::probes(b) / 2, Path::Mpi);
-  want.resize(SizeRoute::probes(b), Path::Bc);
-  CHECK(second == want);
-  CHECK(s.next(bytes, &timed) == Path::Bc);
-  CHECK_FALSE(timed);
-  CHECK_THAT(s.describe(), Catch::Matchers::Contains("blueconnect (slowest rank's median, lower of two looks: "
-                                                     "blueconnect 1000.00 us, mpi 1200.00 us)"));
+  second_look_finds_bc(&s, bytes);
   // Where MPI is faster in both looks it keeps the bucket, and no third look follows before the late ones.
   SizeRoute t;
   probe(&t, bytes, 3e-3, 1e-3, as_is());
