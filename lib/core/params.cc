@@ -219,7 +219,8 @@ const ParamDef kParamDefs[] = {
      "is a run of 8 calls up to 4 KiB, 4 at 8 KiB, 2 at 16 KiB, 1 call from 32 KiB), then one "
      "small PMPI_Allreduce agrees on the slowest rank's per-call medians, and BlueConnect takes the bucket when its median is lower "
      "by at least 0.1 us, the MPI library otherwise (docs/PMPI.md; BC_PMPI_STATS lists each bucket's route and times). "
-     "A decision within 2x is looked at again 32 calls later with MPI first, and every decision again at the "
+     "A decision for MPI, or for BlueConnect by less than 2x, is looked at again 32 calls later with MPI first, "
+     "and every decision again at the "
      "bucket's 4096th and 65536th call; the lowest median of each library over all looks decides. MPI_Iallreduce "
      "follows a bucket's latest decision and goes to BlueConnect before its first. bc = every call "
      "BlueConnect can serve goes to BlueConnect."},
