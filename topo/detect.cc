@@ -447,7 +447,10 @@ bool world_ranks_of(MPI_Comm comm, std::vector<int> *out) {
     for (int i = 0; i < size; ++i) mine[i] = i;
     out->assign(static_cast<size_t>(size), MPI_UNDEFINED);
     ok = MPI_Group_translate_ranks(group, size, mine.data(), world, out->data()) == MPI_SUCCESS;
+    if (!ok) out->clear();
     for (int w : *out) ok = ok && w != MPI_UNDEFINED;
+  } else {
+    out->clear();
   }
   if (group != MPI_GROUP_NULL) MPI_Group_free(&group);
   if (world != MPI_GROUP_NULL) MPI_Group_free(&world);

@@ -21,7 +21,8 @@ Status topo_detect(MPI_Comm comm, const ParamSet &params, Topology *out);
 
 // The members of `comm` as ranks of MPI_COMM_WORLD, in communicator order.
 // False when some are not in it (spawned processes: those entries are
-// MPI_UNDEFINED) or MPI failed. Local: no communication.
+// MPI_UNDEFINED, the others filled) or MPI failed (`out` empty). Local: no
+// communication.
 bool world_ranks_of(MPI_Comm comm, std::vector<int> *out);
 
 }  // namespace bc

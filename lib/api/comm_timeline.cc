@@ -69,7 +69,8 @@ Status comm_timeline_setup(bc_comm *c) {
   clock.rank = c->rank;
   clock.size = c->size;
   // Where a member is not in MPI_COMM_WORLD (spawned), its entry stays
-  // MPI_UNDEFINED and the report finds no file for it.
+  // MPI_UNDEFINED and the report finds no file for it; an MPI failure leaves
+  // the list empty and fails the creation.
   if (!world_ranks_of(c->mpi, &clock.world_ranks) && clock.world_ranks.size() != static_cast<size_t>(c->size))
     return BC_FAIL(BC_ERR_MPI, "timeline: the communicator's group could not be mapped to MPI_COMM_WORLD");
   int key[2] = {timeline::world_rank(), 0};
