@@ -399,8 +399,9 @@ def main():
     for n in notes:
         md.append("- " + n)
     md.append("")
-    md.append("Raw data: `raw/` (bc_bench JSON lines, output and command line of every run; runs.tsv; "
-              "link counters of the traffic runs; han checks).")
+    md.append("Summary: `summary.csv` (scripts/bench.d/summarize.py). Raw data: `raw/` (bc_bench JSON lines, "
+              "output and command line of every run; runs.tsv; link counters of the traffic runs; han checks), "
+              "kept only with --keep-raw.")
     with open(os.path.join(out, "results.md"), "w") as f:
         f.write("\n".join(md) + "\n")
 

@@ -1,1 +1,0 @@
-/work/main/scripts/simcluster run --mca pml ob1 --mca btl_tcp_links 2 -x PYTHONPATH=/work/main/build/torch -x GLOO_SOCKET_IFNAME=eth0 -x OMP_NUM_THREADS=1 -np 8 /usr/bin/python3 /work/main/tools/torch_bench.py --mode ddp --model resnet18 --steps 8 --warmup 2 --batch 8 --image 32 --json /tmp/bt3/raw/b.jsonl 

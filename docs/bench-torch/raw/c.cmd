@@ -1,1 +1,0 @@
-/work/main/scripts/simcluster run --mca pml ob1 --mca btl_tcp_links 2 -x PYTHONPATH=/work/main/build/torch -x GLOO_SOCKET_IFNAME=eth0 -x OMP_NUM_THREADS=1 -x BC_TOPO_FILE=/run/bc-bench-torch/topo.txt -np 8 /usr/bin/python3 /work/main/tools/torch_bench.py --mode ddp --model resnet18 --steps 8 --warmup 2 --batch 8 --image 32 --json /work/main/docs/bench-torch/raw/c.jsonl 

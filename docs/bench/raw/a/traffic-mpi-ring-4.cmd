@@ -1,1 +1,0 @@
-/work/main/scripts/simcluster run --mca pml ob1 --mca btl_tcp_links 2 --mca mpi_yield_when_idle 1 --mca coll_tuned_use_dynamic_rules 1 --mca coll_tuned_allreduce_algorithm 4 -x LD_PRELOAD=/work/main/build/lib/pmpi/libblueconnect_mpi.so -np 8 /work/main/build/tools/bc_bench --json /work/main/docs/bench/raw/a/traffic-mpi-ring-4.jsonl -c -m 4194304 -i 4 -x 0 --compare mpi --via mpi 

@@ -1,1 +1,0 @@
-/work/main/scripts/simcluster run --mca pml ob1 --mca btl_tcp_links 2 --mca mpi_yield_when_idle 1 --mca coll_base_verbose 10 --mca coll_han_priority 100 -x LD_PRELOAD=/work/main/build/lib/pmpi/libblueconnect_mpi.so -np 8 /work/main/build/tools/bc_bench --json /work/main/docs/bench/run2/raw/a/han-check.jsonl -m 4K -i 1 -x 0 

@@ -1,1 +1,0 @@
-/work/main/scripts/simcluster run --mca pml ob1 --mca btl_tcp_links 2 --mca mpi_yield_when_idle 1 --mca coll_han_priority 100 -x BC_TOPO_FILE=/run/bc-bench/topo.txt -x LD_PRELOAD=/work/main/build/lib/pmpi/libblueconnect_mpi.so -np 8 /work/main/build/tools/bc_bench --json /work/main/docs/bench/run2/raw/c/han-r2.jsonl -c --compare mpi -t float32 --op sum -m 4K:16M --plan --via mpi 

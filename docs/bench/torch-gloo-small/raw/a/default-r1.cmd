@@ -1,1 +1,0 @@
-/work/main/scripts/simcluster run --mca pml ob1 --mca btl_tcp_links 2 --mca mpi_yield_when_idle 1 -x BC_MODEL_CACHE=off -x LD_PRELOAD=/work/main/build/lib/pmpi/libblueconnect_mpi.so -np 8 /work/main/build/tools/bc_bench --json /work/main/docs/bench/torch-gloo-small/raw/a/default-r1.jsonl -c --compare mpi -t float32 --op sum -m 4K:512K --plan --via mpi 

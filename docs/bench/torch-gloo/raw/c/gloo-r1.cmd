@@ -1,1 +1,0 @@
-/work/main/scripts/simcluster run --mca pml ob1 --mca btl_tcp_links 2 --mca mpi_yield_when_idle 1 -x BC_TOPO_FILE=/run/bc-bench/topo.txt -x BC_MODEL_CACHE=off -x PYTHONPATH=/work/main/build/torch -x GLOO_SOCKET_IFNAME=eth0 -np 8 /usr/bin/python3 /work/main/tools/torch_bench.py --mode allreduce --json /work/main/docs/bench/torch-gloo/raw/c/gloo-r1.jsonl --sizes 1M:16M 
