@@ -1,6 +1,11 @@
 // ProcessGroupBlueConnect: see process_group.h for the threading design and
-// docs/TORCH.md for which call takes which path.
-#include "process_group.h"
+// docs/TORCH.md for which call takes which path. This file holds the
+// backend's bootstrap and lifetime: MPI's world and torch's rendezvous,
+// shutdown, set_nonblocking, abort_job, the group's constructor (its MPI and
+// BlueConnect communicators, made on its communication thread) and describe.
+// The rest: comm_thread.cc (the thread and the engine), tensors.cc, work.cc.
+// Below: the collectives, on BlueConnect's engine and on MPI, and send/recv.
+#include "process_group_internal.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -8,493 +13,11 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
-#include <climits>
-#include <condition_variable>
 #include <cstdio>
 #include <cstring>
-#include <deque>
-#include <functional>
-#include <future>
-#include <mutex>
 #include <stdexcept>
-#include <thread>
-
-#include <ATen/ATen.h>
-#include <ATen/core/ivalue.h>
 
 namespace bctorch {
-namespace {
-
-[[noreturn]] void fail(const std::string &what) { throw std::runtime_error("blueconnect: " + what); }
-
-void check_bc(bc_status_t st, const char *what) {
-  // bc_last_error() starts with the status's name already ("timeout: ...").
-  if (st != BC_OK) fail(std::string(what) + ": " + (*bc_last_error() ? bc_last_error() : bc_strerror(st)));
-}
-
-void check_mpi(int rc, const char *what) {
-  if (rc != MPI_SUCCESS) {
-    char msg[MPI_MAX_ERROR_STRING];
-    int len = 0;
-    MPI_Error_string(rc, msg, &len);
-    fail(std::string(what) + ": MPI error: " + std::string(msg, len));
-  }
-}
-
-// ---------------------------------------------------------------------------
-// A communication thread and its queue. Each group has its own when MPI gives
-// MPI_THREAD_MULTIPLE (as Gloo has a thread per group), so operations on
-// different groups never wait for each other and processes may issue them in
-// different orders; one thread serves every group under a lower level, since
-// MPI then takes one thread's calls at a time (docs/TORCH.md).
-//
-// By default every operation runs to completion on its group's thread, one at
-// a time, in the order issued (all-reduces with bc_allreduce): the caller's
-// thread goes on meanwhile, so DDP's bucket all-reduces still overlap the
-// backward pass. Several all-reduces in flight at once (bc_iallreduce, moved
-// by the communicator's progress thread; set_nonblocking("always")) were
-// slower wherever measured (2026-12-02, 8 ranks on 2 cores): DDP resnet18 on
-// the simulated 4 nodes x 2 ranks took 2.8-3.2 s per step against 2.69 s one
-// at a time (Gloo: 3.07 s); on one node 479 against 436 ms; 14 small async
-// all-reduces (4-256 KiB) 0.9-1.1 against 0.51-0.55 ms at np 2 and a wash at
-// np 8. The buckets share the same links and cores, so running them together
-// only delays the first.
-struct CommThread {
-  struct Task {
-    std::function<void()> fn;     // runs the operation to completion
-    std::function<void()> start;  // or starts it non-blocking (null: no such path)
-  };
-  // Started on this thread, advanced by the communicator's progress thread
-  // (BC_PROGRESS_THREAD=1), completed here by bc_test.
-  struct InFlight {
-    bc_request_t req;
-    std::function<void(std::exception_ptr)> done;
-  };
-
-  // The process-wide set_nonblocking() mode and count (Engine's).
-  CommThread(const std::atomic<int> &nonblocking_mode, std::atomic<uint64_t> &nonblocking_started)
-      : nonblocking_mode(nonblocking_mode), nonblocking_started(nonblocking_started) {}
-
-  const std::atomic<int> &nonblocking_mode;
-  std::atomic<uint64_t> &nonblocking_started;
-  std::mutex mu;
-  std::condition_variable cv;
-  std::deque<Task> queue;
-  std::deque<InFlight> in_flight;  // this thread's only
-  std::thread thread;
-  bool stopping = false;
-  bool started = false;
-
-  // How often the thread looks at the requests in flight: from kPollMin,
-  // doubling while none completes, up to kPollMax. Waking every 200 us
-  // throughout made a 24 MiB all-reduce on the simulated cluster of 4 nodes x
-  // 2 ranks take 2.5-3.6 s instead of 1.3 s: with 8 ranks on 2 cores each
-  // wake-up preempts a rank's progress thread (or a peer's) in the middle of
-  // the transfer. Polling every 1 ms cost nothing measurable; the cap bounds
-  // what a completion waits to be noticed.
-  static constexpr std::chrono::microseconds kPollMin{200}, kPollMax{2000};
-
-  // Tests every request in flight once; completes those done or failed.
-  // Returns how many completed.
-  int poll_in_flight() {
-    int completed = 0;
-    for (auto it = in_flight.begin(); it != in_flight.end();) {
-      int done = 0;
-      bc_status_t st = bc_test(&it->req, &done);
-      if (st != BC_OK || done) {
-        auto finish = std::move(it->done);
-        it = in_flight.erase(it);
-        finish(allreduce_error(st));
-        ++completed;
-      } else {
-        ++it;
-      }
-    }
-    return completed;
-  }
-
-  void drain_in_flight() {
-    while (!in_flight.empty()) {
-      InFlight f = std::move(in_flight.front());
-      in_flight.pop_front();
-      f.done(allreduce_error(bc_wait(&f.req)));
-    }
-  }
-
-  static std::exception_ptr allreduce_error(bc_status_t st) {
-    if (st == BC_OK) return nullptr;
-    try {
-      check_bc(st, "allreduce");
-    } catch (...) {
-      return std::current_exception();
-    }
-    return nullptr;
-  }
-
-  void loop() {
-    std::chrono::microseconds poll = kPollMin;
-    for (;;) {
-      Task task;
-      bool have = false;
-      {
-        std::unique_lock<std::mutex> lock(mu);
-        if (in_flight.empty()) {
-          cv.wait(lock, [&] { return stopping || !queue.empty(); });
-          poll = kPollMin;
-        } else {
-          // The progress thread moves the data; look at the flags now and then.
-          cv.wait_for(lock, poll, [&] { return !queue.empty(); });
-          poll = std::min(poll * 2, kPollMax);
-        }
-        if (!queue.empty()) {
-          task = std::move(queue.front());
-          queue.pop_front();
-          have = true;
-        } else if (stopping && in_flight.empty()) {
-          return;  // drained
-        }
-      }
-      if (have) {  // neither throws: each task catches its own exceptions
-        if (task.start && nonblocking_mode.load() == 1) {
-          ++nonblocking_started;
-          task.start();
-        } else {
-          drain_in_flight();
-          task.fn();
-        }
-      }
-      if (poll_in_flight() > 0 || have) poll = kPollMin;
-    }
-  }
-
-  // Queues a task; the thread starts with the first.
-  void submit(std::function<void()> fn, std::function<void()> start = nullptr) {
-    std::lock_guard<std::mutex> lock(mu);
-    if (stopping) fail("the backend was shut down (at interpreter exit); no more calls");
-    if (!started) {
-      thread = std::thread([this] { loop(); });
-      started = true;
-    }
-    queue.push_back(Task{std::move(fn), std::move(start)});
-    cv.notify_one();
-  }
-
-  // Runs `f` on this thread and waits for it; its exception comes back here.
-  void run_sync(std::function<void()> f) {
-    auto done = std::make_shared<std::promise<void>>();
-    std::future<void> fut = done->get_future();
-    submit([f = std::move(f), done] {
-      try {
-        f();
-        done->set_value();
-      } catch (...) {
-        done->set_exception(std::current_exception());
-      }
-    });
-    fut.get();
-  }
-
-  // Lets the thread finish what was queued and joins it.
-  void stop() {
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      stopping = true;
-      cv.notify_all();
-    }
-    if (started) thread.join();
-  }
-};
-
-// The process-wide state: MPI, bc_init, the communication threads and every
-// group's communicators (destroyed together at shutdown, in creation order).
-struct Engine {
-  std::mutex mu;
-  bool initialised = false;
-  bool shut_down = false;
-  bool we_initialised_mpi = false;
-  int thread_level = MPI_THREAD_SINGLE;
-  int world_rank = 0, world_size = 1;
-  std::vector<std::function<void()>> destroyers;  // per group, creation order
-  // Every communication thread, in creation order (never freed: Python may
-  // drop groups after the exit handlers ran). Below MPI_THREAD_MULTIPLE
-  // only the first, shared by every group.
-  std::vector<CommThread *> threads;
-  // 0: auto (one at a time, above), 1: every all-reduce non-blocking beside
-  // those in flight (tests of that path), 2: none (the same as auto today).
-  std::atomic<int> nonblocking_mode{0};
-  std::atomic<uint64_t> nonblocking_started{0};
-
-  // The communication thread for a new group.
-  CommThread *thread_for_group() {
-    std::lock_guard<std::mutex> lock(mu);
-    if (shut_down) fail("the backend was shut down (at interpreter exit)");
-    if (thread_level < MPI_THREAD_MULTIPLE && !threads.empty()) return threads.front();
-    threads.push_back(new CommThread(nonblocking_mode, nonblocking_started));
-    return threads.back();
-  }
-};
-
-Engine &engine() {
-  static Engine *e = new Engine();  // never destroyed: Python may drop groups after exit handlers
-  return *e;
-}
-
-void ensure_init() {
-  Engine &e = engine();
-  std::lock_guard<std::mutex> lock(e.mu);
-  if (e.shut_down) fail("the backend was shut down (at interpreter exit)");
-  if (e.initialised) return;
-  int inited = 0, finalized = 0;
-  MPI_Finalized(&finalized);
-  if (finalized) fail("MPI was already finalised");
-  MPI_Initialized(&inited);
-  if (!inited) {
-    check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &e.thread_level), "MPI_Init_thread");
-    e.we_initialised_mpi = true;
-  } else {
-    MPI_Query_thread(&e.thread_level);
-  }
-  MPI_Comm_rank(MPI_COMM_WORLD, &e.world_rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &e.world_size);
-  check_bc(bc_init(), "bc_init");
-  e.initialised = true;
-}
-
-// ---------------------------------------------------------------------------
-// Tensors, dtypes and ops.
-
-void check_tensor(const at::Tensor &t, const char *what) {
-  TORCH_CHECK(t.defined(), "blueconnect: ", what, ": undefined tensor");
-  TORCH_CHECK(t.device().is_cpu(), "blueconnect: ", what, ": the tensor is on ", t.device(),
-              "; this build of the blueconnect backend serves CPU tensors only");
-  TORCH_CHECK(t.layout() == c10::kStrided, "blueconnect: ", what, ": only dense (strided) tensors are supported");
-  TORCH_CHECK(t.is_contiguous(), "blueconnect: ", what,
-              ": the tensor is not contiguous; pass tensor.contiguous() (and copy the result back)");
-}
-
-void check_one(const std::vector<at::Tensor> &ts, const char *what) {
-  TORCH_CHECK(ts.size() == 1, "blueconnect: ", what, ": expects exactly one tensor per process, got ", ts.size());
-  check_tensor(ts[0], what);
-}
-
-void check_same(const at::Tensor &a, const at::Tensor &b, const char *what) {
-  check_tensor(b, what);
-  TORCH_CHECK(a.scalar_type() == b.scalar_type(), "blueconnect: ", what, ": dtypes differ (", a.scalar_type(),
-              " and ", b.scalar_type(), ")");
-  TORCH_CHECK(a.numel() == b.numel(), "blueconnect: ", what, ": sizes differ (", a.numel(), " and ", b.numel(),
-              " elements)");
-}
-
-bool bitwise(bc_op_t op) { return op == BC_BAND || op == BC_BOR || op == BC_BXOR; }
-
-bc_op_t to_bc_op(const c10d::ReduceOp &rop, const char *what) {
-  switch (static_cast<c10d::ReduceOp::RedOpType>(rop)) {
-    case c10d::ReduceOp::SUM: return BC_SUM;
-    case c10d::ReduceOp::AVG: return BC_AVG;
-    case c10d::ReduceOp::PRODUCT: return BC_PROD;
-    case c10d::ReduceOp::MIN: return BC_MIN;
-    case c10d::ReduceOp::MAX: return BC_MAX;
-    case c10d::ReduceOp::BAND: return BC_BAND;
-    case c10d::ReduceOp::BOR: return BC_BOR;
-    case c10d::ReduceOp::BXOR: return BC_BXOR;
-    default: break;
-  }
-  TORCH_CHECK(false, "blueconnect: ", what, ": reduce op ", static_cast<int>(static_cast<c10d::ReduceOp::RedOpType>(rop)),
-              " is not supported (SUM, AVG, PRODUCT, MIN, MAX, BAND, BOR, BXOR are)");
-}
-
-// The BlueConnect dtype for a reduction of `s` with `op`; a clear error where
-// BlueConnect cannot reduce it.
-bc_dtype_t to_bc_dtype(at::ScalarType s, bc_op_t op, const char *what) {
-  bool floating = false;
-  bc_dtype_t d = BC_FLOAT32;
-  switch (s) {
-    case at::kFloat: d = BC_FLOAT32; floating = true; break;
-    case at::kDouble: d = BC_FLOAT64; floating = true; break;
-    case at::kHalf: d = BC_FLOAT16; floating = true; break;
-    case at::kBFloat16: d = BC_BFLOAT16; floating = true; break;
-    case at::kChar: d = BC_INT8; break;
-    case at::kByte: d = BC_UINT8; break;
-    case at::kInt: d = BC_INT32; break;
-    case at::kLong: d = BC_INT64; break;
-    case at::kBool:
-      // 0/1 bytes: and, or, xor, min and max stay 0/1; sum and product would not.
-      TORCH_CHECK(bitwise(op) || op == BC_MIN || op == BC_MAX, "blueconnect: ", what, ": bool tensors reduce only with "
-                  "BAND, BOR, BXOR, MIN or MAX, not ", bc_op_name(op));
-      return BC_UINT8;
-    default:
-      TORCH_CHECK(false, "blueconnect: ", what, ": dtype ", s, " is not supported for reductions (float32, float64, "
-                  "float16, bfloat16, int8, uint8, int32, int64; bool with the bitwise ops)");
-  }
-  TORCH_CHECK(!(floating && bitwise(op)), "blueconnect: ", what, ": ", bc_op_name(op), " needs an integer dtype, not ", s);
-  TORCH_CHECK(!(!floating && op == BC_AVG), "blueconnect: ", what, ": AVG needs a floating dtype, not ", s);
-  return d;
-}
-
-size_t nbytes(const at::Tensor &t) { return t.numel() * t.element_size(); }
-
-int to_int(size_t n, const char *what) {
-  if (n > static_cast<size_t>(INT_MAX)) fail(std::string(what) + ": more than 2 GiB in one MPI call is not supported");
-  return static_cast<int>(n);
-}
-
-char *ptr(const at::Tensor &t) { return static_cast<char *>(t.data_ptr()); }
-
-// ---------------------------------------------------------------------------
-// Work.
-
-using Clock = std::chrono::steady_clock;
-
-class WorkBC : public c10d::Work {
- public:
-  WorkBC(c10d::OpType type, const char *name, std::vector<at::Tensor> outputs, std::chrono::milliseconds timeout)
-      : c10d::Work(-1, type), name_(name), outputs_(std::move(outputs)), timeout_(timeout),
-        future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
-
-  bool wait(std::chrono::milliseconds timeout) override {
-    if (timeout == kNoTimeout) timeout = timeout_ + grace_;
-    std::unique_lock<std::mutex> lock(mutex_);
-    if (!cv_.wait_for(lock, timeout, [&] { return completed_; })) {
-      TORCH_CHECK(false, "blueconnect: ", name_, " did not complete within ", timeout.count(),
-                  " ms (the process group's timeout); a rank may not have joined it");
-    }
-    if (exception_) std::rethrow_exception(exception_);
-    return true;
-  }
-  std::vector<at::Tensor> result() override { return outputs_; }
-  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
-
-  // On the communication thread: runs the body, completes the future, then the work.
-  void run() {
-    std::exception_ptr err;
-    try {
-      body_();
-    } catch (...) {
-      err = std::current_exception();
-    }
-    complete(err);
-  }
-
-  void complete(std::exception_ptr err) {
-    body_ = nullptr;  // drops scratch buffers
-    istart_ = nullptr;
-    keep_.clear();
-    try {
-      if (err)
-        future_->setError(err);
-      else
-        future_->markCompleted(c10::IValue(outputs_));
-    } catch (...) {
-      // A callback chained on the future threw: it holds its own error.
-    }
-    finish(err);
-  }
-
-  // For operations on BlueConnect's engine, which fails them itself after
-  // BC_TIMEOUT (the group's timeout) with a message that says which peer it
-  // waits for: wait() gives it time to, before its own plainer timeout.
-  void on_engine() { grace_ = std::chrono::milliseconds(2000) + timeout_ / 10; }
-
-  const char *name_;
-  std::chrono::milliseconds grace_{0};
-  std::vector<at::Tensor> outputs_;
-  std::vector<at::Tensor> keep_;  // inputs, alive until done
-  std::function<void()> body_;
-  // Non-blocking instead: starts the operation, null when there is nothing
-  // to do (count 0).
-  std::function<bc_request_t()> istart_;
-  std::chrono::milliseconds timeout_;
-  c10::intrusive_ptr<c10::ivalue::Future> future_;
-};
-
-// Queues `work` on its group's communication thread `t`.
-c10::intrusive_ptr<c10d::Work> enqueue(CommThread &t, c10::intrusive_ptr<WorkBC> work) {
-  std::function<void()> start;
-  if (work->istart_) {
-    CommThread *tp = &t;  // start runs on that thread, the only user of its in_flight
-    start = [work, tp] {
-      bc_request_t req = nullptr;
-      try {
-        req = work->istart_();
-      } catch (...) {
-        work->complete(std::current_exception());
-        return;
-      }
-      if (!req) {
-        work->complete(nullptr);
-        return;
-      }
-      tp->in_flight.push_back({req, [work](std::exception_ptr err) { work->complete(err); }});
-    };
-  }
-  t.submit([work] { work->run(); }, std::move(start));
-  return work;
-}
-
-// Point-to-point: posted on the caller's thread, completed by MPI_Test/MPI_Wait.
-class WorkP2P : public c10d::Work {
- public:
-  WorkP2P(c10d::OpType type, at::Tensor t, MPI_Request req, std::chrono::milliseconds timeout)
-      : c10d::Work(-1, type), tensor_(std::move(t)), req_(req), timeout_(timeout),
-        future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
-
-  bool isCompleted() override { return poll(); }
-  bool wait(std::chrono::milliseconds timeout) override {
-    if (timeout == kNoTimeout) timeout = timeout_;
-    auto deadline = Clock::now() + timeout;
-    while (!poll()) {
-      TORCH_CHECK(Clock::now() < deadline, "blueconnect: ", c10d::opTypeToString(opType_), " did not complete within ",
-                  timeout.count(), " ms (the process group's timeout)");
-      std::this_thread::yield();
-    }
-    return true;
-  }
-  int sourceRank() const override { return source_; }
-  std::vector<at::Tensor> result() override { return {tensor_}; }
-  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
-
- private:
-  bool poll() {
-    std::lock_guard<std::mutex> lock(p2p_mu_);
-    if (done_) return true;
-    int flag = 0;
-    MPI_Status status;
-    int rc = MPI_Test(&req_, &flag, &status);
-    if (rc != MPI_SUCCESS) {
-      done_ = true;
-      std::exception_ptr err = std::make_exception_ptr(std::runtime_error("blueconnect: MPI_Test failed"));
-      future_->setError(err);
-      finish(err);
-      std::rethrow_exception(err);
-    }
-    if (!flag) return false;
-    done_ = true;
-    source_ = status.MPI_SOURCE;
-    future_->markCompleted(c10::IValue(std::vector<at::Tensor>{tensor_}));
-    finish();
-    return true;
-  }
-  std::mutex p2p_mu_;
-  at::Tensor tensor_;
-  MPI_Request req_;
-  std::chrono::milliseconds timeout_;
-  c10::intrusive_ptr<c10::ivalue::Future> future_;
-  bool done_ = false;
-  int source_ = -1;
-};
-
-}  // namespace
-
-// ---------------------------------------------------------------------------
-
-struct ProcessGroupBlueConnect::Comms {
-  CommThread *thread = nullptr;   // the group's communication thread
-  MPI_Comm coll = MPI_COMM_NULL;  // MPI collectives, on that thread
-  MPI_Comm p2p = MPI_COMM_NULL;   // send/recv, on the callers' threads
-  bc_comm_t bc = nullptr;         // BlueConnect collectives
-  int rank = 0, size = 1;
-};
 
 std::pair<int, int> mpi_world() {
   ensure_init();
@@ -641,32 +164,18 @@ ProcessGroupBlueConnect::ProcessGroupBlueConnect(const c10::intrusive_ptr<c10d::
 // and Python drops groups at arbitrary times).
 ProcessGroupBlueConnect::~ProcessGroupBlueConnect() = default;
 
-namespace {
-c10::intrusive_ptr<WorkBC> make_work(c10d::OpType type, const char *name, std::vector<at::Tensor> outputs,
-                                     std::chrono::milliseconds timeout) {
-  return c10::make_intrusive<WorkBC>(type, name, std::move(outputs), timeout);
+std::string ProcessGroupBlueConnect::describe(int64_t count) {
+  std::string out;
+  bc_comm_t comm = comms_->bc;
+  comms_->thread->run_sync([&] {
+    size_t needed = 0;
+    bc_comm_describe(comm, count, BC_FLOAT32, nullptr, 0, &needed);
+    std::vector<char> buf(needed + 1);
+    check_bc(bc_comm_describe(comm, count, BC_FLOAT32, buf.data(), buf.size(), &needed), "describe");
+    out = buf.data();
+  });
+  return out;
 }
-
-// Packs tensors back to back into one byte buffer, and back.
-at::Tensor pack(const std::vector<at::Tensor> &ts) {
-  size_t total = 0;
-  for (auto &t : ts) total += nbytes(t);
-  at::Tensor flat = at::empty({static_cast<int64_t>(total)}, at::kByte);
-  size_t off = 0;
-  for (auto &t : ts) {
-    if (nbytes(t)) std::memcpy(ptr(flat) + off, ptr(t), nbytes(t));
-    off += nbytes(t);
-  }
-  return flat;
-}
-void unpack(const char *src, const std::vector<at::Tensor> &ts) {
-  size_t off = 0;
-  for (auto &t : ts) {
-    if (nbytes(t)) std::memcpy(ptr(t), src + off, nbytes(t));
-    off += nbytes(t);
-  }
-}
-}  // namespace
 
 // --- BlueConnect engine ----------------------------------------------------
 
@@ -1037,7 +546,63 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBlueConnect::barrier(const c10d::Barr
   return enqueue(*comms_->thread, work);
 }
 
+// --- Point-to-point --------------------------------------------------------
 namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Point-to-point: posted on the caller's thread, completed by MPI_Test/MPI_Wait.
+class WorkP2P : public c10d::Work {
+ public:
+  WorkP2P(c10d::OpType type, at::Tensor t, MPI_Request req, std::chrono::milliseconds timeout)
+      : c10d::Work(-1, type), tensor_(std::move(t)), req_(req), timeout_(timeout),
+        future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
+
+  bool isCompleted() override { return poll(); }
+  bool wait(std::chrono::milliseconds timeout) override {
+    if (timeout == kNoTimeout) timeout = timeout_;
+    auto deadline = Clock::now() + timeout;
+    while (!poll()) {
+      TORCH_CHECK(Clock::now() < deadline, "blueconnect: ", c10d::opTypeToString(opType_), " did not complete within ",
+                  timeout.count(), " ms (the process group's timeout)");
+      std::this_thread::yield();
+    }
+    return true;
+  }
+  int sourceRank() const override { return source_; }
+  std::vector<at::Tensor> result() override { return {tensor_}; }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+
+ private:
+  bool poll() {
+    std::lock_guard<std::mutex> lock(p2p_mu_);
+    if (done_) return true;
+    int flag = 0;
+    MPI_Status status;
+    int rc = MPI_Test(&req_, &flag, &status);
+    if (rc != MPI_SUCCESS) {
+      done_ = true;
+      std::exception_ptr err = std::make_exception_ptr(std::runtime_error("blueconnect: MPI_Test failed"));
+      future_->setError(err);
+      finish(err);
+      std::rethrow_exception(err);
+    }
+    if (!flag) return false;
+    done_ = true;
+    source_ = status.MPI_SOURCE;
+    future_->markCompleted(c10::IValue(std::vector<at::Tensor>{tensor_}));
+    finish();
+    return true;
+  }
+  std::mutex p2p_mu_;
+  at::Tensor tensor_;
+  MPI_Request req_;
+  std::chrono::milliseconds timeout_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+  bool done_ = false;
+  int source_ = -1;
+};
+
 void check_p2p(const std::vector<at::Tensor> &tensors, const char *what) {
   check_one(tensors, what);
   TORCH_CHECK(engine().thread_level >= MPI_THREAD_MULTIPLE, "blueconnect: ", what,
@@ -1071,19 +636,6 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupBlueConnect::recvAnysource(std::vecto
   check_mpi(MPI_Irecv(t.data_ptr(), static_cast<int>(nbytes(t)), MPI_BYTE, MPI_ANY_SOURCE, tag, comms_->p2p, &req),
             "recv");
   return c10::make_intrusive<WorkP2P>(c10d::OpType::RECVANYSOURCE, t, req, timeout_);
-}
-
-std::string ProcessGroupBlueConnect::describe(int64_t count) {
-  std::string out;
-  bc_comm_t comm = comms_->bc;
-  comms_->thread->run_sync([&] {
-    size_t needed = 0;
-    bc_comm_describe(comm, count, BC_FLOAT32, nullptr, 0, &needed);
-    std::vector<char> buf(needed + 1);
-    check_bc(bc_comm_describe(comm, count, BC_FLOAT32, buf.data(), buf.size(), &needed), "describe");
-    out = buf.data();
-  });
-  return out;
 }
 
 }  // namespace bctorch
