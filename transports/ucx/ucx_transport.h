@@ -1,9 +1,12 @@
 // The UCX transport: tagged point-to-point over one UCP worker per communicator.
 //
-// Files: ucx_setup.cc creates and destroys (context, worker, address exchange,
-// endpoints, teardown); ucx_transport.cc moves bytes (post, test, cancel,
-// idle_wait); ucx_drain.cc progresses the worker between operations, so that
-// a send UCX completed before the socket took all of it still leaves.
+// Files: ucx_worker.cc starts, shares and stops the process's context and
+// worker (ucx_tcp.cc: their settings where tcp is the network); ucx_setup.cc
+// creates a communicator (address exchange, id); ucx_endpoints.cc connects to
+// peers and handles their failures; ucx_teardown.cc flushes and destroys;
+// ucx_transport.cc moves bytes (post, test, cancel, idle_wait); ucx_drain.cc
+// progresses the worker between operations, so that a send UCX completed
+// before the socket took all of it still leaves.
 //
 // One UCP context, one worker and one endpoint per peer process, shared by
 // every communicator of the process (UcxWorker below), not one set per
@@ -75,7 +78,7 @@
 // looks at the peer's process) and reaches this transport as peer_died(): a
 // request UCX will not cancel is then abandoned, and worker_stop leaves the
 // worker to process exit rather than let ucp_worker_destroy assert. Same-node
-// peers normally belong to the shm transport; worker_probe (ucx_setup.cc)
+// peers normally belong to the shm transport; worker_probe (ucx_worker.cc)
 // leaves a kind of peer that UCX cannot reach (UCX_TLS=sm) to the next
 // transport. A peer that stops answering without dying is late, not dead: the
 // executor waits for it up to BC_TIMEOUT.
@@ -135,7 +138,7 @@ struct UcxPeer {
 
 // The process's UCP context and worker for one set of settings (BC_UCX_WAIT,
 // BC_UCX_RNDV_THRESH), shared by every UCX transport created with them, until
-// bc_finalize (ucx_setup.cc). Every field is guarded by `mutex`.
+// bc_finalize (ucx_worker.cc). Every field is guarded by `mutex`.
 struct UcxWorker {
   std::recursive_mutex mutex;
   bool event_mode = false;
