@@ -1,6 +1,6 @@
 // The one registry of BC_* parameters.
 //
-// Every knob the library has is a row of kParamDefs (params.cc) with its type,
+// Every knob the library has is a row of kParamDefs (params_table.cc) with its type,
 // default and documentation; no other BC_* variable is read anywhere (the
 // environment is read elsewhere only for other software's variables: Slurm's
 // topology address, UCX_TLS and UCX_RNDV_THRESH, XDG_CACHE_HOME and HOME). The process
