@@ -19,7 +19,7 @@ namespace bc {
 namespace pmpi {
 
 // Why a call went to the MPI library instead of BlueConnect. Each has a row in
-// the BC_PMPI_STATS file; keep kReasonNames (pmpi.cc) in this order.
+// the BC_PMPI_STATS file; keep kReasonNames (pmpi_stats.cc) in this order.
 enum class Reason : int {
   Disabled = 0,   // BC_DISABLE=1
   InitError,      // a BC_* parameter was invalid: the interposer turned itself off
@@ -41,7 +41,7 @@ enum class Reason : int {
 };
 
 // Whether any buffer can be device memory: preload::device_buffers_usable,
-// asked once at start (pmpi.cc); true before, so that every pointer is asked.
+// asked once at start (pmpi_init.cc); true before, so that every pointer is asked.
 // Without a usable device each call the preload sees skips the calls into
 // libblueconnect.so that ask a buffer's memory type (5 of the 50 ns a passed
 // 4-byte MPI_Allreduce spent in the preload at np 1).
