@@ -5,7 +5,7 @@
 // model's step and byte counts, the model file's names and calibration's
 // trials all read the entries, so adding an algorithm is an `Algo` value, a
 // file and a line in kAlgorithms (and, for BC_ALGO, its choices in
-// lib/core/params.cc, which cannot include the plan layer; a [algo] unit test
+// lib/core/params_table.cc, which cannot include the plan layer; a [algo] unit test
 // checks that list against the registry).
 //
 // Two kinds of entry (AlgoImpl::top):

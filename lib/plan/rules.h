@@ -12,7 +12,7 @@
 //                        all (all, any group); or as RS + AG (split)
 //   chunk=BYTES          pipelining chunk (0 = none), in BC_CHUNK's range
 //   depth=N              chunks in flight, in BC_PIPELINE_DEPTH's range
-// (the ranges are the registry's, lib/core/params.cc: the same rule as the
+// (the ranges are the registry's, lib/core/params_table.cc: the same rule as the
 // environment's)
 // e.g. BC_PLAN="-32K:shape=leader,algo=direct|32K-:chunk=4M,depth=2".
 // Settings a rule leaves out come from BC_ALGO, BC_CHUNK, BC_PIPELINE_DEPTH.

@@ -126,7 +126,7 @@ TEST_CASE("registry: auto's candidates and BC_ALGO's choices come from the entri
   REQUIRE(auto_candidates(1) == std::vector<Algo>{Algo::Rhd, Algo::Ring});
   REQUIRE(auto_candidates(2) == std::vector<Algo>{Algo::Ring});
   REQUIRE(algo_choices() == "auto, ring, rhd or direct");
-  // lib/core/params.cc cannot ask the plan layer; its list must say the same.
+  // lib/core/params_table.cc cannot ask the plan layer; its list must say the same.
   std::string choices = "auto";
   for (const AlgoImpl *impl : algorithms())
     if (impl->top == Top::Split) choices += std::string("|") + impl->name;
