@@ -14,7 +14,9 @@ Usage: summarize.py DIR [--run N] [--out CSV] [--append] [--command TEXT]
   --command  the command that made DIR, where DIR does not record it itself
 
 All-reduce rows (scripts/bench, scripts/bench-node):
-  run,layout,nranks,path,library,config,size_bytes,time_us,pct_bound,wrong,route,predicted_us
+  run,job,layout,nranks,path,library,config,size_bytes,time_us,pct_bound,wrong,route,predicted_us
+  job       the job (one mpirun) that measured the row: rows of one run, job and size
+            were measured side by side, and their ratio is the one to quote
   layout    a-f (scripts/bench --help), or 'node' for one node
   path      api (bc_allreduce), pmpi (MPI_Allreduce under the preload), torch
             (dist.all_reduce through torch.distributed)
@@ -44,7 +46,7 @@ LAYOUTS = {
     "a": (8, 4, 1, 250e6, 0), "b": (8, 2, 1, 250e6, 0), "c": (8, 4, 2, 250e6, 100e6),
     "d": (8, 4, 1, 1e9, 0), "e": (8, 2, 1, 1e9, 0), "f": (16, 8, 1, 250e6, 0),
 }
-ALLREDUCE_COLUMNS = ["run", "layout", "nranks", "path", "library", "config", "size_bytes", "time_us",
+ALLREDUCE_COLUMNS = ["run", "job", "layout", "nranks", "path", "library", "config", "size_bytes", "time_us",
                      "pct_bound", "wrong", "route", "predicted_us"]
 DDP_COLUMNS = ["run", "layout", "nranks", "backend", "step_median_ms", "step_mean_ms", "comm_span_ms",
                "samples_per_s", "identical", "bucket", "bucket_bytes", "hook_ms", "done_ms", "bucket_mb_per_s"]
@@ -86,8 +88,8 @@ def read_meta(path):
         if os.path.exists(path) else {}
 
 
-def row(run, layout, nranks, path, library, config, size, us, wrong="", route="", predicted=None):
-    return {"run": run, "layout": layout, "nranks": nranks, "path": path, "library": library,
+def row(run, job, layout, nranks, path, library, config, size, us, wrong="", route="", predicted=None):
+    return {"run": run, "job": job, "layout": layout, "nranks": nranks, "path": path, "library": library,
             "config": config, "size_bytes": size, "time_us": "%.1f" % us, "pct_bound": pct(layout, size, us),
             "wrong": wrong, "route": route,
             "predicted_us": "%.1f" % predicted if predicted is not None and predicted >= 0 else ""}
@@ -102,16 +104,16 @@ def from_bench(d, run):
     for r in read_tsv(os.path.join(raw, "runs.tsv")):
         # runs.tsv names the folder the run wrote in; the folder may since have moved.
         base = os.path.join(raw, r["layout"], os.path.basename(r["base"]))
-        config = r["config"]
+        config, job = r["config"], r["layout"] + "-" + os.path.basename(r["base"])
         for j in read_jsonl(base + ".jsonl"):
             size, np_ = j["bytes"], j["nranks"]
             other = "gloo" if config == "gloo" else "mpi"
             bc_path = "torch" if config == "gloo" else path
             if "bc" in j:
-                rows.append(row(run, r["layout"], np_, bc_path, "blueconnect", config, size, j["bc"]["avg_us"],
+                rows.append(row(run, job, r["layout"], np_, bc_path, "blueconnect", config, size, j["bc"]["avg_us"],
                                 j["bc"].get("wrong", ""), predicted=j.get("predicted_us")))
             if other in j:
-                rows.append(row(run, r["layout"], np_, "torch" if other == "gloo" else "mpi",
+                rows.append(row(run, job, r["layout"], np_, "torch" if other == "gloo" else "mpi",
                                 "gloo" if other == "gloo" else "openmpi", config, size, j[other]["avg_us"],
                                 j[other].get("wrong", "")))
     head = {"date": meta.get("date", ""), "commit": meta.get("git", ""), "command": meta.get("command", ""),
@@ -152,9 +154,9 @@ def from_node(d, run):
                 size = j["bytes"]
                 route = next((lib for lo, hi, lib in routes if lo <= size <= hi), "")
                 route = {"mpi": "openmpi"}.get(route, route)
-                rows.append(row(run, layout, j["nranks"], path, "blueconnect", "model", size, j["bc"]["avg_us"],
+                rows.append(row(run, "%s-%s" % (key, path), layout, j["nranks"], path, "blueconnect", "model", size, j["bc"]["avg_us"],
                                 j["bc"].get("wrong", ""), route, j.get("predicted_us")))
-                rows.append(row(run, layout, j["nranks"], "mpi", "openmpi", "default", size, j["mpi"]["avg_us"],
+                rows.append(row(run, "%s-%s" % (key, path), layout, j["nranks"], "mpi", "openmpi", "default", size, j["mpi"]["avg_us"],
                                 j["mpi"].get("wrong", "")))
     head = {}
     meta = os.path.join(d, "meta.txt")
