@@ -92,7 +92,8 @@ def main():
                 bad.append("layout %s: blueconnect's and Gloo's parameters disagree after step 1" % lay)
         md.append("")
     md += ["## Problems", ""] + (["- " + b for b in bad] or ["None."]) + ["",
-           "Raw data: `raw/` (JSON lines, output and command line per layout)."]
+           "Summary: `summary.csv` (scripts/bench.d/summarize.py). Raw data: `raw/` (JSON lines, output and "
+           "command line per layout), kept only with --keep-raw."]
     with open(os.path.join(out, "results.md"), "w") as f:
         f.write("\n".join(md) + "\n")
     print("\n".join(md))
