@@ -59,7 +59,7 @@ constexpr int64_t kLarge = 64 * 1024;    // floats (256 KiB): the bandwidth poin
 // priced the network at up to 1.6x its sustained rate: socket buffers and the
 // link's burst carry much of a short exchange (layout d, 4 nodes x 2 ranks at
 // 1 Gbit/s: predicted 0.61-0.67x the measured time at 4-16 MiB, now 0.88-0.89x;
-// 8 nodes x 2 ranks 0.71x at 4 MiB, now 0.90-0.94x; docs/BENCHMARKS.md).
+// 8 nodes x 2 ranks 0.71x at 4 MiB, now 0.90-0.94x; docs/BENCHMARKS.md as of 6d346a9).
 constexpr int64_t kLargeAcross = 256 * 1024;
 // Operations timed back to back per measurement, after one barrier: the small
 // ones so that the barrier's exit skew is spread over many steps instead of

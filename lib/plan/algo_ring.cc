@@ -57,7 +57,7 @@ const AlgoImpl kAlgoRing = [] {
   // Auto's choice at every level, and the only one above the node: its steady
   // neighbour-to-neighbour stream kept 250 Mbit/s links 10-17% busier than
   // rhd's halving exchanges on the simulated 4-node cluster
-  // (docs/BENCHMARKS.md); the cost model, which chooses among auto's
+  // (docs/BENCHMARKS.md as of 6d346a9); the cost model, which chooses among auto's
   // candidates, measured the same (lib/plan/cost.cc).
   a.auto_max_level = INT_MAX;
   a.auto_rank = 2;

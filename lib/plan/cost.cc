@@ -164,7 +164,7 @@ PlanChoice model_choose(const Hierarchy &split, const Hierarchy &leader, const H
   // Why 256 KiB before 1 MiB: where the links set the pace the model prices
   // them within 1% (only the pipeline's fill differs), and 256 KiB measured
   // 3-10% faster at 4-16 MiB on 4 x 2 and 2 x 4 ranks at 250 Mbit/s
-  // (scripts/bench-chunks, docs/BENCHMARKS.md), while 1 MiB first left the
+  // (scripts/bench-chunks; docs/BENCHMARKS.md as of 6d346a9), while 1 MiB first left the
   // model 4-13% slower than the best fixed chunking there. Where
   // each step's alpha sets the pace, the larger chunk is 3% faster by the
   // model's own measure and still wins.

@@ -121,7 +121,7 @@ TEST_CASE("registry: the cost model's steps and bytes are those of the built Pro
 }
 
 TEST_CASE("registry: auto's candidates and BC_ALGO's choices come from the entries", "[algo]") {
-  // Inside the node rhd then the ring; above it only the ring (docs/BENCHMARKS.md).
+  // Inside the node rhd then the ring; above it only the ring (docs/BENCHMARKS.md as of 6d346a9).
   REQUIRE(auto_candidates(0) == std::vector<Algo>{Algo::Rhd, Algo::Ring});
   REQUIRE(auto_candidates(1) == std::vector<Algo>{Algo::Rhd, Algo::Ring});
   REQUIRE(auto_candidates(2) == std::vector<Algo>{Algo::Ring});
