@@ -41,11 +41,17 @@ import os
 import re
 import sys
 
-# name: (nranks, nodes, racks, link bit/s, trunk bit/s); the layouts of scripts/bench.d/layouts.sh
-LAYOUTS = {
-    "a": (8, 4, 1, 250e6, 0), "b": (8, 2, 1, 250e6, 0), "c": (8, 4, 2, 250e6, 100e6),
-    "d": (8, 4, 1, 1e9, 0), "e": (8, 2, 1, 1e9, 0), "f": (16, 8, 1, 250e6, 0),
-}
+from report import Layout, read_jsonl, read_tsv  # scripts/bench's report: layouts, its files
+
+
+def read_layouts():
+    """{name: Layout} from layout_row in layouts.sh, the one list of the simulated layouts."""
+    text = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "layouts.sh")).read()
+    rows = re.findall(r"^\s*(\w)\) printf '([^']*)\\n' ;;", text, re.M)
+    return {name: Layout(row.split("\\t") + ["", ""]) for name, row in rows}
+
+
+LAYOUTS = read_layouts()
 ALLREDUCE_COLUMNS = ["run", "job", "layout", "nranks", "path", "library", "config", "size_bytes", "time_us",
                      "pct_bound", "wrong", "route", "predicted_us"]
 DDP_COLUMNS = ["run", "layout", "nranks", "backend", "step_median_ms", "step_mean_ms", "comm_span_ms",
@@ -54,33 +60,13 @@ DDP_COLUMNS = ["run", "layout", "nranks", "backend", "step_median_ms", "step_mea
 
 def bound_s(layout, nbytes):
     """The link bound of an all-reduce of nbytes per rank on a simulated layout, in seconds."""
-    _, n, r, bw, trunk = LAYOUTS[layout]
-    t = 2.0 * (n - 1) / n * nbytes * 8 / bw
-    if r > 1 and trunk:
-        t = max(t, 2.0 * (r - 1) / r * nbytes * 8 / trunk)
-    return t
+    return LAYOUTS[layout].bound_s(nbytes)
 
 
 def pct(layout, nbytes, us):
     if layout not in LAYOUTS or not us:
         return ""
     return "%.1f" % (100.0 * bound_s(layout, nbytes) / (us * 1e-6))
-
-
-def read_jsonl(path):
-    rows = []
-    if os.path.exists(path):
-        for line in open(path):
-            try:
-                rows.append(json.loads(line))
-            except ValueError:
-                pass  # a line cut short by a killed run
-    return rows
-
-
-def read_tsv(path):
-    lines = [l.rstrip("\n").split("\t") for l in open(path) if l.strip()]
-    return [dict(zip(lines[0], l)) for l in lines[1:]] if lines else []
 
 
 def read_meta(path):
