@@ -69,9 +69,11 @@ def pct(layout, nbytes, us):
     return "%.1f" % (100.0 * bound_s(layout, nbytes) / (us * 1e-6))
 
 
-def read_meta(path):
-    return dict((l.rstrip("\n").split("\t") + [""])[:2] for l in open(path) if l.strip()) \
-        if os.path.exists(path) else {}
+def head_of(meta_tsv):
+    """Where a run's numbers came from, from the meta.tsv that scripts/bench and bench-torch write."""
+    meta = dict((r + [""])[:2] for r in read_tsv(meta_tsv, header=False)) if os.path.exists(meta_tsv) else {}
+    return meta, {"date": meta.get("date", ""), "commit": meta.get("git", ""), "command": meta.get("command", ""),
+                  "load": meta.get("load", ""), "nproc": meta.get("nproc", "")}
 
 
 def row(run, job, layout, nranks, path, library, config, size, us, wrong="", route="", predicted=None):
@@ -84,7 +86,7 @@ def row(run, job, layout, nranks, path, library, config, size, us, wrong="", rou
 def from_bench(d, run):
     """scripts/bench: DIR/raw/{meta,layouts,runs}.tsv and raw/LAYOUT/CONFIG-rN.jsonl."""
     raw = os.path.join(d, "raw")
-    meta = read_meta(os.path.join(raw, "meta.tsv"))
+    meta, head = head_of(os.path.join(raw, "meta.tsv"))
     path = meta.get("path", "pmpi")
     rows = []
     for r in read_tsv(os.path.join(raw, "runs.tsv")):
@@ -102,8 +104,6 @@ def from_bench(d, run):
                 rows.append(row(run, job, r["layout"], np_, "torch" if other == "gloo" else "mpi",
                                 "gloo" if other == "gloo" else "openmpi", config, size, j[other]["avg_us"],
                                 j[other].get("wrong", "")))
-    head = {"date": meta.get("date", ""), "commit": meta.get("git", ""), "command": meta.get("command", ""),
-            "load": meta.get("load", ""), "nproc": meta.get("nproc", "")}
     return rows, head
 
 
@@ -134,15 +134,16 @@ def from_node(d, run):
     for key in (l.split("\t")[0] for l in open(os.path.join(d, "sections.tsv")) if l.strip()):
         layout = key if key in LAYOUTS else "node"
         for path in ("api", "pmpi"):
-            prefix = os.path.join(files, "%s-%s" % (key, path))
+            job = "%s-%s" % (key, path)
+            prefix = os.path.join(files, job)
             routes = stats_routes(prefix) if path == "pmpi" else []
             for j in read_jsonl(prefix + ".jsonl"):
                 size = j["bytes"]
                 route = next((lib for lo, hi, lib in routes if lo <= size <= hi), "")
                 route = {"mpi": "openmpi"}.get(route, route)
-                rows.append(row(run, "%s-%s" % (key, path), layout, j["nranks"], path, "blueconnect", "model", size, j["bc"]["avg_us"],
+                rows.append(row(run, job, layout, j["nranks"], path, "blueconnect", "model", size, j["bc"]["avg_us"],
                                 j["bc"].get("wrong", ""), route, j.get("predicted_us")))
-                rows.append(row(run, "%s-%s" % (key, path), layout, j["nranks"], "mpi", "openmpi", "default", size, j["mpi"]["avg_us"],
+                rows.append(row(run, job, layout, j["nranks"], "mpi", "openmpi", "default", size, j["mpi"]["avg_us"],
                                 j["mpi"].get("wrong", "")))
     head = {}
     meta = os.path.join(d, "meta.txt")
@@ -176,10 +177,7 @@ def from_ddp(d, run):
                     x.update(bucket=i, bucket_bytes=b["bytes"], hook_ms="%.1f" % b["hook_ms"],
                              done_ms="%.1f" % b["done_ms"], bucket_mb_per_s="%.2f" % b["mb_per_s"])
                 rows.append(x)
-    meta = read_meta(os.path.join(raw, "meta.tsv"))
-    head = {"date": meta.get("date", ""), "commit": meta.get("git", ""), "command": meta.get("command", ""),
-            "load": meta.get("load", ""), "nproc": meta.get("nproc", "")}
-    return rows, head
+    return rows, head_of(os.path.join(raw, "meta.tsv"))[1]
 
 
 def summarize(d, run):
