@@ -400,6 +400,8 @@ void write_file(const std::string &path, const std::string &text) {
 
 }  // namespace
 
+Status comm_cache_key(bc_comm *c, std::string *key) { return model_cache_key(c, model_signature(c->hier), key); }
+
 bool model_is_local(const bc_comm *c) {
   const std::string &mode = c->params.get_str(ParamId::Model);
   return mode == "off" || c->hier.stages.empty() || (mode == "auto" && !spans_nodes(c));

@@ -13,6 +13,7 @@
 #include <tuple>
 #include <vector>
 
+#include "api/plan_learn.h"
 #include "core/params.h"
 #include "core/timeline.h"
 #include "core/wait_policy.h"
@@ -79,6 +80,7 @@ struct bc_comm {
   // Peer checks while a collective waits (sched/liveness.h); set up after the
   // transports, closed after them (its goodbyes tell peers this rank left).
   std::unique_ptr<bc::Liveness> liveness;
+  std::unique_ptr<bc::PlanLearning> learning;  // BC_PLAN_LEARN; null: the plan is chosen, not learned
   std::vector<double> last_stage_seconds;
   // Host scratch and reduce-scatter work buffers, kept across collectives
   // (cuda/cuda_rt.h says why), freed at destroy.
@@ -193,6 +195,9 @@ const Hierarchy &hierarchy_for(const bc_comm *comm, Hierarchy::Shape shape);
 // Calibrates or loads the communicator's cost model (BC_MODEL, BC_MODEL_FILE).
 // Collective over comm->mpi, after the transports are up.
 Status model_setup(bc_comm *comm);
+// The per-user cache's key of this communicator: layout, transports, hosts in
+// rank order, calibration version (lib/api/calibrate.cc). Collective.
+Status comm_cache_key(bc_comm *comm, std::string *key);
 // Whether model_setup has nothing to measure or load (BC_MODEL off, one level,
 // or auto on one node): then it is local and cannot fail. The same on every rank.
 bool model_is_local(const bc_comm *comm);
@@ -248,8 +253,16 @@ Status check_own_args(const bc_comm *comm, const CollArgs &args);
 // refuse_broken when `comm` is broken, read under its lock (comm_start.cc).
 Status refuse_if_broken(bc_comm *comm);
 // Checks a collective's arguments, takes `lock` and builds its started Operation (comm_start.cc).
+// A blocking all-reduce's turn in the plan learning (api/plan_learn.h):
+// start() fills it, comm_run times the call when `timed`.
+struct LearnTurn {
+  bool timed = false;
+  int candidate = 0;
+  int64_t bytes = 0;
+};
 Status start(bc_comm *comm, const CollArgs &args, CommLock *lock, std::unique_ptr<Operation> *op_out,
-             unsigned char **work_out, void **pooled_work_out = nullptr, bool agreed_before = false);
+             unsigned char **work_out, void **pooled_work_out = nullptr, bool agreed_before = false,
+             LearnTurn *turn = nullptr);
 // Finishes a done operation (its scratch back to the pool) and keeps it as the
 // communicator's idle one, unless one is kept already (comm_start.cc). Only
 // where nothing else can touch the communicator: under its lock, or with no

@@ -124,6 +124,7 @@ Status comm_describe(bc_comm *c, int64_t count, bc_dtype_t dtype, std::string *o
   } else {
     os << "cost model: off (BC_MODEL=" << c->params.get_str(ParamId::Model) << ")\n";
   }
+  os << plan_learning_describe(c);
   os << h.describe(block_count(count, nchunks, 0), elem);
   os << "transports:";
   for (auto &t : c->transports) os << " " << t->name();

@@ -176,6 +176,9 @@ Status comm_setup(bc_comm *c, double dup_ms) {
   // On one node the model is off and model_setup is local: no agreement needed.
   if (model_is_local(c)) BC_CHECK(model_setup(c));
   else BC_CHECK(agree_status(c->mpi, model_setup(c), "cost model"));
+  // Collective where it may learn (the cache's key and text): the same on every rank.
+  if (!c->model.empty() || !c->params.get_str(ParamId::PlanCandidates).empty())
+    BC_CHECK(agree_status(c->mpi, plan_learning_setup(c), "plan learning"));
   const double model_ms = ms_since(t2);
   if (c->params.get_int(ParamId::ProgressThread)) BC_CHECK(agree_status(c->mpi, progress_setup(c), "BC_PROGRESS_THREAD"));
   BC_CHECK(comm_timeline_setup(c));

@@ -3,6 +3,7 @@
 #include "api/comm.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <memory>
 
@@ -69,7 +70,7 @@ Status refuse_if_broken(bc_comm *c) {
 // release; set before any failure after it is taken.
 // `agreed_before`: a non-blocking call whose agreement has already passed (comm_advance_agreements).
 Status start(bc_comm *c, const CollArgs &a, CommLock *lock, std::unique_ptr<Operation> *op_out,
-             unsigned char **work_out, void **pooled_work_out, bool agreed_before) {
+             unsigned char **work_out, void **pooled_work_out, bool agreed_before, LearnTurn *turn) {
   BC_CHECK(comm_check(c));
   if (c->check_args && !agreed_before) {
     BC_CHECK(refuse_if_broken(c));
@@ -106,8 +107,17 @@ Status start(bc_comm *c, const CollArgs &a, CommLock *lock, std::unique_ptr<Oper
   const size_t send_bytes = static_cast<size_t>(a.kind == CollKind::Allgather ? a.count : total) * elem;
 
   // Only the all-reduce is cut into chunks: reduce_scatter and allgather tie
-  // blocks to ranks across the whole buffer.
-  const PlanChoice &choice = comm_choose(c, total * static_cast<int64_t>(elem));
+  // blocks to ranks across the whole buffer. Its plan may be learned
+  // (api/plan_learn.h): a blocking call takes the learner's turn.
+  const int64_t bytes = total * static_cast<int64_t>(elem);
+  const PlanChoice *learned = nullptr;
+  if (a.kind == CollKind::Allreduce && c->learning) {
+    LearnTurn none;
+    LearnTurn *t = turn ? turn : &none;
+    t->bytes = bytes;
+    learned = plan_learning_choose(c, bytes, turn != nullptr, &t->candidate, &t->timed);
+  }
+  const PlanChoice &choice = learned ? *learned : comm_choose(c, bytes);
   const int64_t nchunks = a.kind == CollKind::Allreduce ? chunk_count(choice, total, elem) : 1;
   std::shared_ptr<const Program> big, small;
   BC_CHECK(comm_plan(c, a.kind, a.op == BC_AVG, block_count(total, nchunks, 0), choice, &big));
@@ -182,9 +192,17 @@ Status comm_run(bc_comm *c, const CollArgs &a) {
   std::unique_ptr<Operation> op;
   unsigned char *work = nullptr;
   void *pooled_work = nullptr;
-  Status st = start(c, a, &lock, &op, &work, &pooled_work);
+  LearnTurn turn;
+  const auto began = std::chrono::steady_clock::now();
+  Status st = start(c, a, &lock, &op, &work, &pooled_work, false, &turn);
   if (st == BC_OK && op) {
     st = op->wait();
+    // A learning probe: the call's time, start included (its plan's building
+    // and scratch are the candidate's cost too).
+    if (st == BC_OK && turn.timed) {
+      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
+      st = plan_learning_record(c, turn.bytes, turn.candidate, seconds);
+    }
     comm_mark_broken_on(c, st);
     if (st == BC_OK) c->last_stage_seconds = op->stage_seconds();
     comm_keep_idle(c, &op);  // under the lock still

@@ -56,6 +56,8 @@ enum class ParamId : int {
   LivenessInterval, // BC_LIVENESS_INTERVAL
   CheckArgs,        // BC_CHECK_ARGS
   TimelineFile,     // BC_TIMELINE_FILE
+  PlanLearn,        // BC_PLAN_LEARN
+  PlanCandidates,   // BC_PLAN_CANDIDATES
   Count
 };
 

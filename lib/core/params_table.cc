@@ -252,6 +252,21 @@ constexpr ParamDef kParamDefs[] = {
      "%p, '.RANK.json' is appended. Each communicator's creation then also measures the ranks' "
      "clocks against its rank 0 (8 round trips per rank). At most 1048576 events per process "
      "(40 MiB); later ones are counted, not kept. Empty: off (one load per step)."},
+    {ParamId::PlanLearn, "BC_PLAN_LEARN", ParamType::Enum, "on", "on|off", kParamAnyRange,
+     "on: where the cost model chooses plans (more than one node) or BC_PLAN_CANDIDATES names them, "
+     "the first blocking all-reduces of each power-of-two size bucket run the model's 2-3 best plans "
+     "in turn on the caller's own data (1 untimed and 3-5 timed calls each), every rank agrees on "
+     "the slowest rank's times, and the fastest plan keeps the bucket; it is looked at again at the "
+     "bucket's 1024th and 16384th call. Winners are kept in the per-user cache (plans-KEYHASH.txt in "
+     "BC_CACHE_DIR, with BC_MODEL_CACHE) and a later job on the same hosts and layout starts with "
+     "them, after one untimed and three timed calls that confirm each (slower than 1.25x its cached "
+     "time and than the runner-up's: learned again, with a warning). BC_PLAN, BC_ALGO, BC_CHUNK or BC_PIPELINE_DEPTH set by the user pin "
+     "the plan: nothing is learned. off: the model's first choice (docs/PLANS.md, Learning)."},
+    {ParamId::PlanCandidates, "BC_PLAN_CANDIDATES", ParamType::String, "", nullptr, kParamAnyRange,
+     "The plans to learn among, for every size, instead of the model's: up to 4, '|'-separated as BC_PLAN's rules, "
+     "each in BC_PLAN's settings (shape=...,algo=...,top=...,chunk=...,depth=...), the first the one kept "
+     "unless another is at least 3% faster, e.g. 'chunk=256K,depth=4|chunk=1M,depth=2'. Works on one "
+     "node too. Empty: the model's candidates."},
 };
 // The bound comes from params_internal.h: a row too many does not compile, and
 // a missing one leaves the last row zero-filled, without a name.

@@ -155,23 +155,24 @@ PlanChoice model_stage_algos(const Hierarchy &h, const CostModel &m, PlanChoice 
   return c;
 }
 
-PlanChoice model_choose(const Hierarchy &split, const Hierarchy &leader, const Hierarchy &flat, const CostModel &m,
-                        int64_t bytes, Prediction *pred) {
-  // Candidates in order of preference when the model calls them even (a later
-  // one must be 3% faster): one chunk before many; then 256 KiB chunks, larger
-  // ones, and 64 KiB last; and the deeper pipeline, which costs only scratch
-  // memory but absorbs the jitter that the model's steady pace leaves out.
-  // Why 256 KiB before 1 MiB: where the links set the pace the model prices
-  // them within 1% (only the pipeline's fill differs), and 256 KiB measured
-  // 3-10% faster at 4-16 MiB on 4 x 2 and 2 x 4 ranks at 250 Mbit/s
-  // (scripts/bench-chunks; docs/BENCHMARKS.md as of 6d346a9), while 1 MiB first left the
-  // model 4-13% slower than the best fixed chunking there. Where
-  // each step's alpha sets the pace, the larger chunk is 3% faster by the
-  // model's own measure and still wins.
+namespace {
+// Every plan the model may choose for `bytes`, in order of preference when the
+// model calls them even, with its prediction (only those it can price).
+// Candidates: one chunk before many; then 256 KiB chunks, larger ones, and
+// 64 KiB last; and the deeper pipeline, which costs only scratch memory but
+// absorbs the jitter that the model's steady pace leaves out.
+// Why 256 KiB before 1 MiB: where the links set the pace the model prices
+// them within 1% (only the pipeline's fill differs), and 256 KiB measured
+// 3-10% faster at 4-16 MiB on 4 x 2 and 2 x 4 ranks at 250 Mbit/s
+// (scripts/bench-chunks; docs/BENCHMARKS.md as of 6d346a9), while 1 MiB first left the
+// model 4-13% slower than the best fixed chunking there. Where
+// each step's alpha sets the pace, the larger chunk is 3% faster by the
+// model's own measure and still wins.
+template <typename Fn>
+void for_each_plan(const Hierarchy &split, const Hierarchy &leader, const Hierarchy &flat, const CostModel &m,
+                   int64_t bytes, Fn fn) {
   static const int64_t kChunks[] = {0, 256 << 10, 1 << 20, 4 << 20, 64 << 10};
   static const int kDepths[] = {4, 2, 1};
-  PlanChoice best;
-  Prediction best_p;
   for (int shape = 0; shape < 3; ++shape) {
     const Hierarchy &h = shape == 0 ? split : shape == 1 ? leader : flat;
     if (shape > 0 && split.stages.size() < 2) continue;  // one level: the same plan as the split
@@ -192,17 +193,48 @@ PlanChoice model_choose(const Hierarchy &split, const Hierarchy &leader, const H
           const PlanFit *pf = chunk == 0 ? m.find_plan(c.shape, top, bytes) : nullptr;
           c = pf ? pf->choice : model_stage_algos(h, m, c, chunk > 0 ? chunk : bytes);
           const Prediction p = predict(h, m, c, bytes);
-          if (!p.ok) continue;
-          if (!best_p.ok || p.seconds < best_p.seconds * 0.97) {
-            best = c;
-            best_p = p;
-          }
+          if (p.ok) fn(c, p);
         }
       }
     }
   }
+}
+}  // namespace
+
+PlanChoice model_choose(const Hierarchy &split, const Hierarchy &leader, const Hierarchy &flat, const CostModel &m,
+                        int64_t bytes, Prediction *pred) {
+  // A later candidate must be 3% faster than the best so far (see for_each_plan for the order).
+  PlanChoice best;
+  Prediction best_p;
+  for_each_plan(split, leader, flat, m, bytes, [&](const PlanChoice &c, const Prediction &p) {
+    if (!best_p.ok || p.seconds < best_p.seconds * 0.97) {
+      best = c;
+      best_p = p;
+    }
+  });
   if (pred) *pred = best_p;
   return best;
+}
+
+std::vector<ModelCandidate> model_candidates(const Hierarchy &split, const Hierarchy &leader, const Hierarchy &flat,
+                                             const CostModel &m, int64_t bytes, double within) {
+  std::vector<ModelCandidate> out(1);
+  out[0].choice = model_choose(split, leader, flat, m, bytes, &out[0].prediction);
+  if (!out[0].prediction.ok) return {};
+  const PlanChoice &first = out[0].choice;
+  const double limit = out[0].prediction.seconds * within;
+  // The best of another shape or top, and the best of the first's shape and
+  // top with other chunks: the two ways the model has been wrong.
+  ModelCandidate other_kind, other_chunk;
+  for_each_plan(split, leader, flat, m, bytes, [&](const PlanChoice &c, const Prediction &p) {
+    if (p.seconds > limit) return;
+    const bool same_kind = c.shape == first.shape && c.top == first.top;
+    ModelCandidate *slot = !same_kind ? &other_kind : c.chunk_bytes != first.chunk_bytes ? &other_chunk : nullptr;
+    if (slot && (!slot->prediction.ok || p.seconds < slot->prediction.seconds)) *slot = {c, p};
+  });
+  for (const ModelCandidate *c : {&other_kind, &other_chunk})
+    if (c->prediction.ok) out.push_back(*c);
+  return out;
 }
 
 std::string model_signature(const Hierarchy &h) {

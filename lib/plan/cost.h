@@ -112,6 +112,18 @@ Prediction predict(const Hierarchy &h, const CostModel &m, const PlanChoice &cho
 PlanChoice model_choose(const Hierarchy &split, const Hierarchy &leader, const Hierarchy &flat, const CostModel &m,
                         int64_t bytes, Prediction *pred = nullptr);
 
+// The plans worth measuring for `bytes` (the plan learning's candidates,
+// lib/api/plan_learn.cc): model_choose's first, then the fastest predicted of
+// another shape or top, then the fastest of the first's shape and top with
+// other chunks, each only if predicted within `within` times the first.
+// Empty when the model cannot price any plan.
+struct ModelCandidate {
+  PlanChoice choice;
+  Prediction prediction;
+};
+std::vector<ModelCandidate> model_candidates(const Hierarchy &split, const Hierarchy &leader, const Hierarchy &flat,
+                                             const CostModel &m, int64_t bytes, double within);
+
 // `choice` with the stage fits' cheapest algorithm per stage of h for a piece
 // of `chunk` bytes (auto_candidates(level) only; the ring unless rhd is 3% faster).
 PlanChoice model_stage_algos(const Hierarchy &h, const CostModel &m, PlanChoice choice, int64_t chunk);

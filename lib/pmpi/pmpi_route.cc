@@ -1,103 +1,42 @@
+// The preload's learned route: the learner (core/learner.h) with the
+// preload's shape, and the BC_PMPI_STATS lines. pmpi_route.h says why each
+// number is what it is.
 #include "pmpi/pmpi_route.h"
 
-#include <algorithm>
 #include <cstdio>
 #include <cstring>
 
 namespace bc {
 namespace pmpi {
-namespace {
 
-double median(const double *v, int n) {
-  double a[SizeRoute::kTimedSmall];
-  std::copy(v, v + n, a);
-  std::sort(a, a + n);
-  return a[n / 2];
-}
-
-// Where in bucket b's probe sequence its call `k` falls: BlueConnect's half
-// first, but for a second look.
-Path probe_path(int b, int k, bool mpi_first) {
-  const bool first_half = k < SizeRoute::probes(b) / 2;
-  return first_half != mpi_first ? Path::Bc : Path::Mpi;
-}
-bool probe_timed(int b, int k) { return k % (SizeRoute::probes(b) / 2) >= SizeRoute::kWarmup; }
-
-}  // namespace
-
-Path SizeRoute::next(int64_t bytes, bool *timed) {
-  const int i = bucket_of(bytes);
-  Bucket &b = buckets_[i];
-  *timed = false;
-  if (second_look_pending(b)) {
-    if (++b.since > kRecheckAfter) start_look(&b, true);
-  } else if (late_look_due(b)) {
-    ++b.late;
-    start_look(&b, false);
-  }
-  Path p = b.path;
-  if (!b.decided) {
-    p = probe_path(i, b.calls, b.mpi_first);
-    *timed = probe_timed(i, b.calls);
-    if (!*timed) ++b.calls;  // a warm-up call counts now; a timed one when it is recorded
-  }
-  ++b.served[static_cast<int>(p)];
-  return p;
+LearnShape SizeRoute::shape(int bucket) {
+  LearnShape s;
+  s.candidates = 2;                    // Path::Bc, Path::Mpi
+  s.incumbent = static_cast<int>(Path::Mpi);  // what the program would have used: BlueConnect needs a clear win
+  s.warmup = kWarmup;
+  s.timed = timed_per_library(bucket);
+  s.calls_per_sample = calls_per_sample(bucket);
+  s.min_win_seconds = kMinWinSeconds;
+  s.min_win_ratio = 1.0;
+  s.recheck_ratio = kRecheckRatio;
+  s.recheck_after = kRecheckAfter;
+  s.confirm = 0;  // nothing is seeded: the preload's routes are learned per job
+  s.late_looks.assign(kLateLookCalls, kLateLookCalls + kLateLooks);
+  return s;
 }
 
 void SizeRoute::record(int64_t bytes, Path path, double seconds, const Agree &agree) {
-  const int i = bucket_of(bytes);
-  Bucket &b = buckets_[i];
-  if (b.decided || probe_path(i, b.calls, b.mpi_first) != path || !probe_timed(i, b.calls))
-    return;  // not the probe asked for
-  const int run = calls_per_sample(i);
-  const int call = b.calls % (probes(i) / 2) - kWarmup;  // among this library's timed calls
-  double *sample = (path == Path::Bc ? b.bc : b.mpi) + call / run;
-  *sample = call % run == 0 ? seconds : *sample + seconds;
-  if (++b.calls < probes(i)) return;
-  const int n = timed_per_library(i);
-  double bc = median(b.bc, n) / run, mpi = median(b.mpi, n) / run;
-  b.decided = true;
-  if (!agree(&bc, &mpi)) {  // stays with BlueConnect, for good: no look follows
-    b.path = Path::Bc;
-    b.bc_median = b.mpi_median = 0;
-    b.recheck = false;
-    b.late = kLateLooks;
-    return;
-  }
-  if (b.looks > 0) {
-    bc = std::min(bc, b.bc_median);
-    mpi = std::min(mpi, b.mpi_median);
-  }
-  ++b.looks;
-  b.bc_median = bc;
-  b.mpi_median = mpi;
-  b.path = bc + kMinWinSeconds <= mpi ? Path::Bc : Path::Mpi;
-  // The first look probed BlueConnect first, so its medians carry the first
-  // touches: one given to MPI is looked at again however clear (the header says why).
-  if (b.looks == 1) b.recheck = b.path == Path::Mpi || std::max(bc, mpi) < kRecheckRatio * std::min(bc, mpi);
-}
-
-bool SizeRoute::final_route(int64_t bytes, Path *path) const {
-  const Bucket &b = buckets_[bucket_of(bytes)];
-  if (!settled(b)) return false;
-  *path = b.path;
-  return true;
-}
-
-Path SizeRoute::unprobed(int64_t bytes) {
-  Bucket &b = buckets_[bucket_of(bytes)];
-  const Path p = b.path;  // BlueConnect until the first decision; the latest one during a later look
-  ++b.served[static_cast<int>(p)];
-  return p;
+  learner_.record(bytes, static_cast<int>(path), seconds, [&agree](double *medians, int n) {
+    return n == 2 && agree(&medians[0], &medians[1]);
+  });
 }
 
 std::string SizeRoute::describe() const {
   std::string out;
   char line[200];
   for (int i = 0; i < kBuckets; ++i) {
-    const Bucket &b = buckets_[i];
-    if (b.served[0] + b.served[1] == 0) continue;
+    const Learner::View b = learner_.view(i);
+    if (!b.seen) continue;
     const long long lo = i == 0 ? 0 : 1LL << i, hi = (1LL << (i + 1)) - 1;
     int n = std::snprintf(line, sizeof line, "bytes %lld-%lld: blueconnect %llu, mpi %llu; ", lo, hi,
                           static_cast<unsigned long long>(b.served[0]), static_cast<unsigned long long>(b.served[1]));
@@ -108,14 +47,14 @@ std::string SizeRoute::describe() const {
     if (late_done > 0 && b.looks >= 2)
       std::snprintf(looks + std::strlen(looks), sizeof looks - std::strlen(looks), ", %d late", late_done);
     if (!b.decided)
-      std::snprintf(line + n, sizeof line - n, "learning (%d of %d probes%s)", b.calls, probes(i),
-                    b.looks == 0 ? "" : b.mpi_first ? ", second look" : ", a late look");
-    else if (b.bc_median == 0 && b.mpi_median == 0)
+      std::snprintf(line + n, sizeof line - n, "learning (%d of %d probes%s)", b.probes_done, b.probes_total,
+                    b.looks == 0 ? "" : b.rotation != 0 ? ", second look" : ", a late look");
+    else if (b.failed)
       std::snprintf(line + n, sizeof line - n, "blueconnect (the agreement failed)");
     else
       std::snprintf(line + n, sizeof line - n, "%s (slowest rank's median%s: blueconnect %.2f us, mpi %.2f us)%s",
-                    b.path == Path::Bc ? "blueconnect" : "mpi", looks, b.bc_median * 1e6, b.mpi_median * 1e6,
-                    second_look_pending(b) ? "; a second look follows" : "");
+                    b.winner == static_cast<int>(Path::Bc) ? "blueconnect" : "mpi", looks, b.medians[0] * 1e6,
+                    b.medians[1] * 1e6, b.second_look_pending ? "; a second look follows" : "");
     out += line;
     out += '\n';
   }

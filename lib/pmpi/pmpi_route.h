@@ -73,13 +73,17 @@
 // look costs the same half a bucket's probes of the slower library; at the
 // 4096th call that is under 2 % of the bucket's calls so far, at the 65536th
 // 0.1 %. The counts are calls, never times, so every rank looks at the same
-// call. The learner itself is plain data: `agree` is injected, so a unit
-// test drives it without MPI.
+// call. The mechanism is the one every learned choice uses (core/learner.h):
+// this file gives it the preload's shape (two candidates, BlueConnect probed
+// first, MPI the incumbent, the margins and looks above). It is plain data:
+// `agree` is injected, so a unit test drives it without MPI.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <string>
+
+#include "core/learner.h"
 
 namespace bc {
 namespace pmpi {
@@ -88,7 +92,7 @@ enum class Path : int { Bc = 0, Mpi = 1 };
 
 class SizeRoute {
  public:
-  static constexpr int kBuckets = 48;     // up to 2^47 bytes
+  static constexpr int kBuckets = Learner::kBuckets;  // up to 2^47 bytes
   static constexpr int kWarmup = 1;         // untimed calls before each library's timed ones
   static constexpr int kTimedSmall = 9;     // timed samples per library below kLargeBytes (the median counts)
   static constexpr int kTimedLarge = 3;     // and from kLargeBytes up
@@ -100,8 +104,10 @@ class SizeRoute {
   static constexpr double kMinWinSeconds = 0.1e-6;  // BlueConnect's median must be lower by this
   static constexpr int kLateLooks = 2;
   static constexpr uint64_t kLateLookCalls[kLateLooks] = {4096, 65536};  // the bucket's calls, probes included
+  // The learner's shape of a bucket: BlueConnect (candidate 0) probed first, MPI (1) the incumbent.
+  static LearnShape shape(int bucket);
   // Calls of a bucket that are probes.
-  static int probes(int bucket) { return 2 * (kWarmup + timed_per_library(bucket) * calls_per_sample(bucket)); }
+  static int probes(int bucket) { return Learner::probes(shape(bucket)); }
   // Calls of a bucket before its first decision is final at the latest (a second look included; the late looks
   // come after).
   static int learning_calls(int bucket) { return 2 * probes(bucket) + kRecheckAfter; }
@@ -117,66 +123,36 @@ class SizeRoute {
   // BlueConnect, and the failure is the MPI library's to report).
   using Agree = std::function<bool(double *bc_seconds, double *mpi_seconds)>;
 
-  static int bucket_of(int64_t bytes) {
-    if (bytes <= 1) return 0;
-    const int b = 63 - __builtin_clzll(static_cast<unsigned long long>(bytes));
-    return b < kBuckets - 1 ? b : kBuckets - 1;
-  }
+  SizeRoute() : learner_(&SizeRoute::shape) {}
+  static int bucket_of(int64_t bytes) { return Learner::bucket_of(bytes); }
   // The route of the next blocking call of `bytes`; *timed says whether the
   // caller must time it and report it with record().
-  Path next(int64_t bytes, bool *timed);
+  Path next(int64_t bytes, bool *timed) { return static_cast<Path>(learner_.next(bytes, timed)); }
   // The time of a call that next() asked to time; after the bucket's last
   // probe, runs `agree` (collective) and decides the bucket.
   void record(int64_t bytes, Path path, double seconds, const Agree &agree);
   // The route of a call that is not probed (MPI_Iallreduce): the bucket's
   // latest decision (also while a later look runs), or BlueConnect before
   // its first.
-  Path unprobed(int64_t bytes);
+  Path unprobed(int64_t bytes) { return static_cast<Path>(learner_.unprobed(bytes)); }
   // Whether the bucket of `bytes` is decided until its next look (no probe
   // running and none due at this call), and for which library: a caller may
   // then route later calls of the bucket itself and count each with
   // count_final(), which refuses (false, nothing counted) once a look is due
   // or the bucket went to the other library: that call must go through next().
-  bool final_route(int64_t bytes, Path *path) const;
-  bool count_final(int64_t bytes, Path path) {
-    Bucket &b = buckets_[bucket_of(bytes)];
-    if (!settled(b) || b.path != path) return false;
-    ++b.served[static_cast<int>(path)];
+  bool final_route(int64_t bytes, Path *path) const {
+    int c = 0;
+    if (!learner_.final_choice(bytes, &c)) return false;
+    *path = static_cast<Path>(c);
     return true;
   }
+  bool count_final(int64_t bytes, Path path) { return learner_.count_final(bytes, static_cast<int>(path)); }
 
   // For BC_PMPI_STATS: one line per bucket that saw calls.
   std::string describe() const;
 
  private:
-  struct Bucket {
-    int calls = 0;           // probes of the running look so far (stops at probes(bucket))
-    int looks = 0;           // looks completed
-    int late = 0;            // late looks started, toward kLateLooks
-    bool mpi_first = false;  // the running look probes MPI first (a second look)
-    int since = 0;           // calls since a first look to recheck, toward kRecheckAfter
-    bool recheck = false;    // the first look went to MPI, or its medians were within kRecheckRatio: look again soon
-    bool decided = false;
-    Path path = Path::Bc;
-    double bc[kTimedSmall] = {};   // seconds per sample (the sum of its calls' times)
-    double mpi[kTimedSmall] = {};
-    double bc_median = 0, mpi_median = 0;  // per call, agreed (slowest rank's), once decided; the lowest of all looks
-    uint64_t served[2] = {0, 0};            // calls by path, probes included
-    uint64_t calls_total() const { return served[0] + served[1]; }
-  };
-  // A first look to recheck waits for its second, with MPI first.
-  static bool second_look_pending(const Bucket &b) { return b.decided && b.recheck && b.looks == 1; }
-  static bool late_look_due(const Bucket &b) {
-    return b.decided && !second_look_pending(b) && b.late < kLateLooks && b.calls_total() >= kLateLookCalls[b.late];
-  }
-  // Decided, and the next call starts no look.
-  static bool settled(const Bucket &b) { return b.decided && !second_look_pending(b) && !late_look_due(b); }
-  static void start_look(Bucket *b, bool mpi_first) {
-    b->decided = false;
-    b->mpi_first = mpi_first;
-    b->calls = 0;
-  }
-  Bucket buckets_[kBuckets];
+  Learner learner_;
 };
 
 }  // namespace pmpi
