@@ -5,6 +5,7 @@
 //   bc_info --params         only the parameters
 //   bc_info --plan SIZE      topology and the plan for SIZE bytes (repeatable)
 //   bc_info --options S      per-communicator overrides, e.g. "BC_TOPO=2x2"
+//   bc_info --plans          the learned plans: the per-user cache's verdicts for this layout and hosts
 //   bc_info --topology       only the detected topology
 //   bc_info --topology-file PATH  also write its levels above the host as a
 //                            BC_TOPO_FILE (rank 0 writes), to reload later
@@ -30,6 +31,8 @@ const char kUsage[] =
     "  --plan SIZE    topology and the all-reduce plan for SIZE bytes (K M G suffixes; repeatable)\n"
     "  -t DTYPE       element type for --plan (default float32)\n"
     "  --options S    communicator overrides, as bc_comm_create_with: \"BC_TOPO=2x2;BC_ALGO=ring\"\n"
+    "  --plans        the learned plans (BC_PLAN_LEARN) cached for this layout and these hosts: per size\n"
+    "                 bucket the candidates, their agreed times and the winner (docs/PLANS.md, Learning)\n"
     "  --topology     only the detected topology (levels, units, where they came from)\n"
     "  --topology-file PATH\n"
     "                 with --topology, or alone: also write the levels above the host to PATH as a\n"
@@ -40,6 +43,23 @@ const char kUsage[] =
 int finish(int code) {
   MPI_Finalize();
   return code;
+}
+
+// bc_comm_describe's text for `count` elements of `dtype`; false (and the
+// error printed) when it fails.
+bool describe(bc_comm_t comm, int64_t count, bc_dtype_t dtype, std::string *text) {
+  size_t needed = 0;
+  bc_status_t st = bc_comm_describe(comm, count, dtype, nullptr, 0, &needed);
+  if (st == BC_OK) {
+    text->resize(needed);
+    st = bc_comm_describe(comm, count, dtype, &(*text)[0], needed, &needed);
+  }
+  if (st != BC_OK) {
+    std::fprintf(stderr, "bc_info: bc_comm_describe failed: %s\n", bc_last_error());
+    return false;
+  }
+  text->resize(std::strlen(text->c_str()));
+  return true;
 }
 
 }  // namespace
@@ -54,6 +74,7 @@ int main(int argc, char **argv) {
   bool topology_only = false;
   std::string topology_file;
   std::vector<int64_t> plans;
+  bool learned_only = false;
   std::string options;
   bc_dtype_t dtype = BC_FLOAT32;
   for (int i = 1; i < argc; ++i) {
@@ -68,6 +89,8 @@ int main(int argc, char **argv) {
     } else if (a == "--plan" && next && bcbench::parse_bytes(next, &bytes)) {
       plans.push_back(bytes);
       ++i;
+    } else if (a == "--plans") {
+      learned_only = true;
     } else if (a == "--topology") {
       topology_only = true;
     } else if (a == "--topology-file" && next) {
@@ -98,7 +121,7 @@ int main(int argc, char **argv) {
     if (rank == 0) std::fprintf(stderr, "bc_info: bc_init failed: %s\n", bc_last_error());
     return finish(1);
   }
-  if (rank == 0 && !topology_only) {
+  if (rank == 0 && !topology_only && !learned_only) {
     if (!params_only)
       std::printf("BlueConnect %s (header %d.%d.%d), CUDA support: %s\n\nParameters:\n", BC_VERSION,
                   BC_VERSION_MAJOR, BC_VERSION_MINOR, BC_VERSION_PATCH, BC_HAVE_CUDA ? "yes" : "no");
@@ -116,24 +139,30 @@ int main(int argc, char **argv) {
     bc_finalize();
     return finish(1);
   }
+  if (learned_only) {
+    int code = 0;
+    std::string text;
+    if (rank == 0 && !describe(comm, 1024, BC_FLOAT32, &text)) {
+      code = 1;
+    } else if (rank == 0) {
+      // The learning's part: from its line to the first that is not indented below it.
+      const size_t from = std::min(text.size(), text.find("plan learning:"));
+      size_t end = text.find('\n', from);
+      while (end != std::string::npos && end + 1 < text.size() && text[end + 1] == ' ') end = text.find('\n', end + 1);
+      std::printf("%s\n", text.substr(from, end == std::string::npos ? std::string::npos : end - from).c_str());
+    }
+    bc_comm_destroy(&comm);
+    bc_finalize();
+    return finish(code);
+  }
   if (topology_only) {
     int code = 0;
-    if (rank == 0) {
-      size_t needed = 0;
-      std::string text;
-      st = bc_comm_describe(comm, 1024, BC_FLOAT32, nullptr, 0, &needed);
-      if (st == BC_OK) {
-        text.resize(needed);
-        st = bc_comm_describe(comm, 1024, BC_FLOAT32, &text[0], needed, &needed);
-      }
-      if (st != BC_OK) {
-        std::fprintf(stderr, "bc_info: bc_comm_describe failed: %s\n", bc_last_error());
-        code = 1;
-      } else {
-        text.resize(std::strlen(text.c_str()));
-        text.erase(std::min(text.size(), text.find("choice for ")));  // the topology, not the plan
-        std::printf("%s", text.c_str());
-      }
+    std::string text;
+    if (rank == 0 && !describe(comm, 1024, BC_FLOAT32, &text)) {
+      code = 1;
+    } else if (rank == 0) {
+      text.erase(std::min(text.size(), text.find("choice for ")));  // the topology, not the plan
+      std::printf("%s", text.c_str());
     }
     if (!topology_file.empty()) {
       st = bc_comm_write_topology(comm, topology_file.c_str());
@@ -172,20 +201,11 @@ int main(int argc, char **argv) {
     for (size_t k = 0; k < plans.size(); ++k) {
       const int64_t bytes = plans[k];
       const int64_t count = bytes / static_cast<int64_t>(elem);
-      size_t needed = 0;
       std::string text;
-      if (bc_comm_describe(comm, count, dtype, nullptr, 0, &needed) == BC_OK) {
-        text.resize(needed);
-        st = bc_comm_describe(comm, count, dtype, &text[0], needed, &needed);
-      } else {
-        st = BC_ERR_INTERNAL;
-      }
-      if (st != BC_OK) {
-        std::fprintf(stderr, "bc_info: bc_comm_describe failed: %s\n", bc_last_error());
+      if (!describe(comm, count, dtype, &text)) {
         code = 1;
         break;
       }
-      text.resize(std::strlen(text.c_str()));
       // The topology is the same for every size: show it once.
       const size_t plan_at = text.find("plan:");
       if (k > 0 && plan_at != std::string::npos) text.erase(0, plan_at);

@@ -130,10 +130,13 @@ bool Bench::probe_stages() {
 bool Bench::run_size(int64_t bytes, Row *row) {
   if (!set_up(bytes)) return false;
   Stat st[2];
-  // The learned route's probes advance only with BlueConnect's calls (MPI's
-  // go through PMPI_*): its first warm-up covers them, the others need not.
+  // The learned route's probes and the plan's learning turns (docs/PLANS.md,
+  // Learning) advance only with BlueConnect's calls (MPI's go through
+  // PMPI_*): its first warm-up covers them, the others need not.
   const int base = o_.warmup >= 0 ? o_.warmup : auto_warmup(bytes);
-  const int probes = o_.warmup < 0 && o_.via_mpi ? preload_probe_calls(bytes) : 0;
+  int probes = 0;
+  if (o_.warmup < 0 && o_.via_mpi) probes = preload_probe_calls(bytes);
+  if (o_.warmup < 0 && !o_.via_mpi && bc_comm_learning_calls(comm_, bytes, &probes) != BC_OK) probes = 0;
   row->warmup = base + probes;
   std::vector<double> mine[2];  // back-to-back and app: this rank's time per call in each round
   if (o_.mode == Mode::Interleave) {

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "api/comm.h"
+#include "api/progress_thread.h"
 #include "blueconnect.h"
 #include "core/status.h"
 #include "reduce/reduce.h"
@@ -196,7 +197,9 @@ bc_status_t bc_comm_plan_for(bc_comm_t comm, int64_t bytes, char *plan, size_t l
     BC_CHECK(bc::comm_check(comm));
     if (bytes < 0) return BC_FAIL(BC_ERR_INVALID_ARG, "bytes is negative (%lld)", static_cast<long long>(bytes));
     if (len > 0 && !plan) return BC_FAIL(BC_ERR_INVALID_ARG, "plan is NULL with len %zu", len);
-    const bc::PlanChoice choice = bc::comm_choose(comm, bytes);
+    // The learned winner once the size has one (docs/PLANS.md, Learning), else the choice.
+    const bc::PlanChoice *learned = bc::plan_learning_current(comm, bytes);
+    const bc::PlanChoice choice = learned ? *learned : bc::comm_choose(comm, bytes);
     if (predicted_seconds) {
       *predicted_seconds = -1;
       if (!comm->model.empty()) {
@@ -211,6 +214,18 @@ bc_status_t bc_comm_plan_for(bc_comm_t comm, int64_t bytes, char *plan, size_t l
       text.copy(plan, n);
       plan[n] = '\0';
     }
+    return BC_OK;
+  });
+}
+
+bc_status_t bc_comm_learning_calls(bc_comm_t comm, int64_t bytes, int *calls) {
+  return guarded("bc_comm_learning_calls", [&]() -> bc_status_t {
+    BC_CHECK(bc::comm_check(comm));
+    if (!calls) return BC_FAIL(BC_ERR_INVALID_ARG, "calls is NULL");
+    if (bytes < 0) return BC_FAIL(BC_ERR_INVALID_ARG, "bytes is negative (%lld)", static_cast<long long>(bytes));
+    bc::CommLock lock;
+    lock.take(comm);
+    *calls = bytes == 0 ? 0 : bc::plan_learning_calls_left(comm, bytes);
     return BC_OK;
   });
 }

@@ -25,9 +25,9 @@ namespace {
 // which pays its program, scratch and first touches. Late looks at the
 // bucket's 1024th and 16384th calls cost 8-12 calls each: about 1% and 0.07%;
 // each decides on its own times, so a network that changed is followed.
-LearnShape plan_shape(const PlanLearning &l, int bucket) {
+LearnShape plan_shape(int candidates, int bucket) {
   LearnShape s;
-  s.candidates = static_cast<int>(l.buckets[static_cast<size_t>(bucket)].plans.size());
+  s.candidates = candidates;
   s.incumbent = 0;
   s.warmup = 1;
   s.timed = (int64_t{1} << bucket) >= (1 << 20) ? 3 : 5;
@@ -164,7 +164,8 @@ void log_verdict(const bc_comm *c, const PlanLearning &l, int b) {
 }  // namespace
 
 PlanLearning::PlanLearning()
-    : learner([this](int b) { return plan_shape(*this, b); }), buckets(Learner::kBuckets),
+    : learner([this](int b) { return plan_shape(static_cast<int>(buckets[static_cast<size_t>(b)].plans.size()), b); }),
+      buckets(Learner::kBuckets),
       logged(Learner::kBuckets, false) {}
 
 Status plan_learning_setup(bc_comm *c) {
@@ -201,11 +202,10 @@ Status plan_learning_setup(bc_comm *c) {
   return BC_OK;
 }
 
-const PlanChoice *plan_learning_choose(bc_comm *c, int64_t bytes, bool blocking, int *candidate, bool *timed) {
-  PlanLearning *l = c->learning.get();
-  *timed = false;
-  *candidate = 0;
-  if (!l) return nullptr;
+namespace {
+// A bucket's candidates, made at its first call (or query) from that call's
+// size: the same on every rank, since every rank makes the same calls.
+PlanLearning::Candidates &candidates_for(bc_comm *c, PlanLearning *l, int64_t bytes) {
   const int b = Learner::bucket_of(bytes);
   PlanLearning::Candidates &k = l->buckets[static_cast<size_t>(b)];
   if (k.plans.empty()) {  // the bucket's first call: its candidates, the same on every rank
@@ -243,6 +243,16 @@ const PlanChoice *plan_learning_choose(bc_comm *c, int64_t bytes, bool blocking,
                   l->learner.view(b).seeded ? "cached verdict, confirming" : "candidates", names.c_str());
     }
   }
+  return k;
+}
+}  // namespace
+
+const PlanChoice *plan_learning_choose(bc_comm *c, int64_t bytes, bool blocking, int *candidate, bool *timed) {
+  PlanLearning *l = c->learning.get();
+  *timed = false;
+  *candidate = 0;
+  if (!l) return nullptr;
+  PlanLearning::Candidates &k = candidates_for(c, l, bytes);
   *candidate = blocking ? l->learner.next(bytes, timed) : l->learner.unprobed(bytes);
   return &k.plans[static_cast<size_t>(*candidate)];
 }
@@ -276,6 +286,33 @@ Status plan_learning_record(bc_comm *c, int64_t bytes, int candidate, double sec
     }
   }
   return BC_OK;
+}
+
+const PlanChoice *plan_learning_current(const bc_comm *c, int64_t bytes) {
+  const PlanLearning *l = c->learning.get();
+  if (!l) return nullptr;
+  const int b = Learner::bucket_of(bytes);
+  const PlanLearning::Candidates &k = l->buckets[static_cast<size_t>(b)];
+  const Learner::View v = l->learner.view(b);
+  if (k.plans.empty() || (!v.decided && v.looks == 0)) return nullptr;
+  return &k.plans[static_cast<size_t>(v.winner)];
+}
+
+int plan_learning_calls_left(bc_comm *c, int64_t bytes) {
+  PlanLearning *l = c->learning.get();
+  if (!l) return 0;
+  const int b = Learner::bucket_of(bytes);
+  const PlanLearning::Candidates &k = candidates_for(c, l, bytes);
+  if (k.plans.size() < 2) return 0;
+  const LearnShape &shape = l->learner.shape(b);
+  const Learner::View v = l->learner.view(b);
+  if (v.confirming) return shape.warmup + shape.confirm;  // at most: some may have run
+  if (v.decided) return 0;
+  return v.probes_total - v.probes_done;
+}
+
+int plan_learning_max_calls(int64_t bytes, int candidates) {
+  return Learner::probes(plan_shape(candidates, Learner::bucket_of(bytes)));
 }
 
 std::string plan_learning_serialize(const PlanLearning &l) {
@@ -324,6 +361,14 @@ std::string plan_learning_describe(const bc_comm *c) {
       if (k.predicted[i] > 0) os << " (model " << seconds_text(k.predicted[i]) << ")";
       os << ", " << v.served[i] << " calls\n";
     }
+  }
+  // Verdicts of an earlier job for sizes this communicator has not run yet.
+  for (int b = 0; b < static_cast<int>(l->cached.size()); ++b) {
+    const PlanLearning::Cached &was = l->cached[static_cast<size_t>(b)];
+    if (was.plans.empty() || !l->buckets[static_cast<size_t>(b)].plans.empty()) continue;
+    os << "  " << bucket_range(b) << ": cached winner [" << was.winner << "], not yet used here\n";
+    for (size_t i = 0; i < was.plans.size(); ++i)
+      os << "    [" << i << "] " << was.plans[i] << ": " << seconds_text(was.medians[i]) << "\n";
   }
   return os.str();
 }

@@ -59,6 +59,19 @@ const PlanChoice *plan_learning_choose(bc_comm *c, int64_t bytes, bool blocking,
 // already complete and exact).
 Status plan_learning_record(bc_comm *c, int64_t bytes, int candidate, double seconds);
 
+// The plan a bucket's calls run now, once it has a verdict (the learned or
+// cached winner); null before, or when the communicator does not learn.
+const PlanChoice *plan_learning_current(const bc_comm *c, int64_t bytes);
+
+// Blocking all-reduces of `bytes` still to be spent on learning that size's
+// plan on this communicator (turns not yet run, or a cached verdict's
+// confirmation); 0 when the size has its verdict or nothing is learned.
+int plan_learning_calls_left(bc_comm *c, int64_t bytes);
+
+// At most how many calls learning a size takes: n candidates (3 from the model)
+// through their turns. For benchmarks' warm-ups under the preload.
+int plan_learning_max_calls(int64_t bytes, int candidates);
+
 // Per bucket seen: its candidates, their agreed times and the winner.
 std::string plan_learning_describe(const bc_comm *c);
 

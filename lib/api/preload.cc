@@ -1,5 +1,6 @@
 // The preload's door (lib/include/blueconnect_preload.h): thin forwards to the
 // library's internals, which stay hidden.
+#include <algorithm>
 #include "blueconnect_preload.h"
 
 #include "api/comm.h"
@@ -24,6 +25,14 @@ bool device_reduces(bc_dtype_t dtype, bc_op_t op) {
 }
 
 bc_status_t copy(void *dst, const void *src, size_t bytes) { return cuda_copy(dst, src, bytes); }
+
+int learning_calls(int64_t bytes) {
+  if (param_str(ParamId::PlanLearn) != "on") return 0;
+  // The user's candidates, or the model's (at most 3: its choice and two runners-up).
+  const std::string &fixed = param_str(ParamId::PlanCandidates);
+  const int n = fixed.empty() ? 3 : 1 + static_cast<int>(std::count(fixed.begin(), fixed.end(), '|'));
+  return plan_learning_max_calls(bytes, n);
+}
 
 }  // namespace preload
 }  // namespace bc

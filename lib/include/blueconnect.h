@@ -217,6 +217,14 @@ BC_API bc_status_t bc_comm_stage_times(bc_comm_t comm, double *seconds, int max,
 BC_API bc_status_t bc_comm_plan_for(bc_comm_t comm, int64_t bytes, char *plan, size_t len,
                              double *predicted_seconds);
 
+/* How many more blocking all-reduces of `bytes` bytes the communicator will
+ * spend learning its plan for that size (BC_PLAN_LEARN: the cost model's best
+ * plans take turns on the first calls of each size; docs/PLANS.md, Learning):
+ * 0 once the size has its verdict, or where nothing is learned. A benchmark
+ * that warms up with this many calls times the plan a long-running program
+ * gets (bc_bench does). */
+BC_API bc_status_t bc_comm_learning_calls(bc_comm_t comm, int64_t bytes, int *calls);
+
 /* Prints every BC_* parameter with its value, default and documentation. */
 BC_API bc_status_t bc_print_params(FILE *out);
 

@@ -37,6 +37,9 @@ BC_API bool device_buffers_usable();
 BC_API bool device_reduces(bc_dtype_t dtype, bc_op_t op);
 // A copy between host and device memory (either direction).
 BC_API bc_status_t copy(void *dst, const void *src, size_t bytes);
+// At most how many of BlueConnect's blocking calls of `bytes` a communicator
+// spends learning its plan (BC_PLAN_LEARN), for bc_pmpi_probe_calls.
+BC_API int learning_calls(int64_t bytes);
 
 }  // namespace preload
 }  // namespace bc

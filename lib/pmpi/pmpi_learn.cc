@@ -40,11 +40,13 @@ SizeRoute::Agree agree_on(MPI_Comm comm) {
 // For benchmarks of the preload (bc_bench --via mpi, found with dlsym): the
 // calls of `bytes` that the learned route spends probing a communicator's
 // size bucket before it decides (0 with BC_PMPI_ROUTE=bc, with BC_DISABLE,
-// or before MPI_Init), so that a warm-up can cover them and the timed loop
-// sees the route as a long-running program does.
+// or before MPI_Init), plus the calls BlueConnect itself may spend learning
+// its plan for the size, so that a warm-up can cover them and the timed loop
+// sees the route and the plan as a long-running program does.
 extern "C" __attribute__((visibility("default"))) int bc_pmpi_probe_calls(long long bytes) {
-  if (g_state.load(std::memory_order_acquire) != kReady || !g_route_learn || bytes <= 0) return 0;
-  return SizeRoute::learning_calls(SizeRoute::bucket_of(bytes));
+  if (g_state.load(std::memory_order_acquire) != kReady || bytes <= 0) return 0;
+  return (g_route_learn ? SizeRoute::learning_calls(SizeRoute::bucket_of(bytes)) : 0) +
+         preload::learning_calls(bytes);
 }
 
 }  // namespace pmpi
