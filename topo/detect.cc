@@ -144,8 +144,8 @@ Status detect(MPI_Comm comm, const ParamSet &params, const uint64_t *cpus, Topol
   } else {
     std::vector<std::vector<int64_t>> allkeys(size);
     for (int r = 0; r < size; ++r) allkeys[r].assign(all[r].keys, all[r].keys + all[r].nkeys);
-    std::string measured;
-    BC_CHECK(discover_level(comm, params, all, above, &allkeys, &names, &measured));
+    std::string measured, racks_cache;
+    BC_CHECK(discover_level(comm, params, all, above, &allkeys, &names, &measured, &racks_cache));
     const auto rack = std::find(names.begin(), names.end(), "rack");
     if (rack != names.end())
       BC_CHECK(check_given_racks(comm, params, all, above, static_cast<int>(rack - names.begin()), rank));
@@ -155,6 +155,7 @@ Status detect(MPI_Comm comm, const ParamSet &params, const uint64_t *cpus, Topol
     if (above == kAboveSlurm) t.source += " + Slurm SLURM_TOPOLOGY_ADDR";
     if (above == kAboveAddr) t.source += " + BC_TOPO_ADDR";
     if (!measured.empty()) t.source += " + " + measured;
+    t.racks_cache = racks_cache;
     if (params.get_str(ParamId::TopoIntra) != "none") t.source += " + hwloc " + params.get_str(ParamId::TopoIntra);
   }
   t.node_of.resize(size);

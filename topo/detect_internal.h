@@ -53,6 +53,6 @@ Status check_given_racks(MPI_Comm comm, const ParamSet &params, const std::vecto
                          int rack_key, int rank);
 Status discover_level(MPI_Comm comm, const ParamSet &params, const std::vector<TopoRecord> &all, Above above,
                       std::vector<std::vector<int64_t>> *keys, std::vector<std::string> *names,
-                      std::string *measured);
+                      std::string *measured, std::string *cache_used);
 
 }  // namespace bc

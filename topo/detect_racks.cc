@@ -136,13 +136,15 @@ Status check_given_racks(MPI_Comm comm, const ParamSet &params, const std::vecto
 // racks" when a level was added.
 Status discover_level(MPI_Comm comm, const ParamSet &params, const std::vector<TopoRecord> &all, Above above,
                       std::vector<std::vector<int64_t>> *keys, std::vector<std::string> *names,
-                      std::string *measured) {
+                      std::string *measured, std::string *cache_used) {
   if (above != kAboveNone || params.get_str(ParamId::TopoDiscover) == "off") return BC_OK;
   const Nodes n = nodes_of(all);
   if (n.leaders.size() < 3) return BC_OK;  // with 2 nodes no level can lie between them and the root
   std::vector<int> rack_of_node;
   std::string how;
   BC_CHECK(discover_racks(comm, params, n.node_of, n.host_hash, &rack_of_node, &how));
+  static const std::string kCached = "cached in ";
+  if (how.compare(0, kCached.size(), kCached) == 0) *cache_used = how.substr(kCached.size());  // racks or flat
   if (rack_of_node.empty()) return BC_OK;
   for (size_t r = 0; r < all.size(); ++r) {
     const int node = n.node_index[static_cast<size_t>(n.node_of[r])];

@@ -35,6 +35,11 @@ struct Topology {
   std::vector<int> node_cpus;
   // Where the levels came from, for printing ("BC_TOPO=2x2", "MPI_COMM_TYPE_SHARED + hwloc").
   std::string source;
+  // The per-user cache file whose rack verdict (racks, or flat: none) these
+  // levels took instead of measuring; "" when measured now or not looked for.
+  // The plan learning removes it when the job's own calls say the network
+  // is not what it was (lib/api/plan_learn.cc, stale caches).
+  std::string racks_cache;
 
   int levels() const { return static_cast<int>(parent.size()); }
   // Units of level l (0 = ranks).

@@ -40,6 +40,7 @@ LearnShape plan_shape(int candidates, int bucket) {
   s.confirm_ratio = 1.25;
   s.late_looks = {1024, 16384};
   s.lowest_of_looks = false;  // a late look is there to notice a network that changed
+  s.measure_single = true;     // one candidate: its time is still held against the model (check_caches)
   return s;
 }
 
@@ -161,6 +162,43 @@ void log_verdict(const bc_comm *c, const PlanLearning &l, int b) {
           v.winner);
 }
 
+// The cached verdicts this communicator's plans stand on, checked against
+// what its own calls take, once, at its first verdict of a size of 1 MiB or
+// more: the winner's agreed time against the model's prediction for it. A
+// model or a rack verdict from the per-user cache was measured on the network
+// these hosts had then; host names do not change with it. Measured on a racked
+// cluster whose host names had run a flat network before: the cached "flat"
+// and its model ran every size at 61-66 % of the bound, where discovery and
+// calibration anew found the racks (98 %). So when the winner takes more than
+// kStaleRatio times its prediction, rank 0 warns and removes those files: the
+// next job measures the racks and calibrates again. This job keeps its plans
+// (its levels are fixed; the learning already picked the best of them). Not
+// done for a model calibrated by this job: its errors are its own, not a
+// changed network's, and the learning makes up for them. 1.5: the freshly
+// calibrated model's own error at >= 1 MiB was at most 1/0.46 = 2.2x in one
+// stalled run of layout d and 1.3x otherwise (docs/BENCHMARKS.md).
+constexpr double kStaleRatio = 1.5;
+
+// `winner`: the plan whose agreed time `took` was measured (a verdict's
+// winner, or a cached winner's confirmation).
+void check_caches(bc_comm *c, PlanLearning *l, int b, int winner, double took) {
+  const PlanLearning::Candidates &k = l->buckets[static_cast<size_t>(b)];
+  if (l->caches_checked || k.bytes < (1 << 20)) return;
+  l->caches_checked = true;
+  const double predicted = k.predicted[static_cast<size_t>(winner)];
+  static const std::string kCache = "cache ";
+  const bool model_cached = c->model.source.compare(0, kCache.size(), kCache) == 0;
+  if (c->rank != 0 || predicted <= 0 || took <= kStaleRatio * predicted) return;
+  if (!model_cached && c->topo.racks_cache.empty()) return;
+  std::string removed;
+  for (const std::string &path : {model_cached ? c->model.source.substr(kCache.size()) : std::string(), c->topo.racks_cache})
+    if (!path.empty() && std::remove(path.c_str()) == 0) removed += " " + path;
+  BC_WARN(Plan, "plan learning, %s: the plan took %s where the cost model predicted %s (%.1fx): the cached model "
+          "or racks of these hosts describe another network than today's; removed from the cache so that the "
+          "next job measures anew:%s", bucket_range(b).c_str(), seconds_text(took).c_str(),
+          seconds_text(predicted).c_str(), took / predicted, removed.empty() ? " (nothing removed)" : removed.c_str());
+}
+
 }  // namespace
 
 PlanLearning::PlanLearning()
@@ -269,6 +307,9 @@ Status plan_learning_record(bc_comm *c, int64_t bytes, int candidate, double sec
   });
   BC_CHECK(agreed);
   const Learner::View after = l->learner.view(b);
+  // A cached winner's confirmation just ran: its time is held against the model too.
+  if (before.confirming && !after.confirming && after.confirmed_seconds > 0)
+    check_caches(c, l, b, before.winner, after.confirmed_seconds);
   if (after.stale && !before.stale && c->rank == 0) {
     BC_WARN(Plan, "plan learning, %s: the cached winner [%d] %s took %s, against %s when it was learned; "
             "learning the bucket again", bucket_range(b).c_str(), before.winner,
@@ -280,6 +321,7 @@ Status plan_learning_record(bc_comm *c, int64_t bytes, int candidate, double sec
     if (!(after.seeded && !after.stale && after.looks == 1)) {  // a confirmed cached verdict is logged at DEBUG only
       log_verdict(c, *l, b);
       store(c, l);
+      check_caches(c, l, b, after.winner, after.medians[static_cast<size_t>(after.winner)]);
     } else if (c->rank == 0) {
       BC_DEBUGLOG(Plan, "plan learning, %s: cached winner [%d] confirmed at %s", bucket_range(b).c_str(),
                   after.winner, seconds_text(after.confirmed_seconds).c_str());
@@ -302,8 +344,7 @@ int plan_learning_calls_left(bc_comm *c, int64_t bytes) {
   PlanLearning *l = c->learning.get();
   if (!l) return 0;
   const int b = Learner::bucket_of(bytes);
-  const PlanLearning::Candidates &k = candidates_for(c, l, bytes);
-  if (k.plans.size() < 2) return 0;
+  candidates_for(c, l, bytes);
   const LearnShape &shape = l->learner.shape(b);
   const Learner::View v = l->learner.view(b);
   if (v.confirming) return shape.warmup + shape.confirm;  // at most: some may have run
@@ -346,10 +387,6 @@ std::string plan_learning_describe(const bc_comm *c) {
     if (k.plans.empty()) continue;
     const Learner::View v = l->learner.view(b);
     os << "  " << bucket_range(b) << ": ";
-    if (k.plans.size() == 1) {
-      os << plan_choice_describe(k.plans[0]) << " (one candidate)\n";
-      continue;
-    }
     if (v.failed) os << "[0] (the agreement failed)";
     else if (!v.decided) os << "learning (" << v.probes_done << " of " << v.probes_total << " calls)";
     else os << "winner [" << v.winner << "]" << (v.seeded && !v.stale ? " from the cache" : "")

@@ -42,6 +42,7 @@ class PlanLearning {
   };
   std::vector<Cached> cached;
   std::vector<bool> logged;  // per bucket: its latest verdict was logged and stored
+  bool caches_checked = false;  // the cached model and racks were checked against a verdict
 };
 
 // At communicator creation (collective): whether plans are learned, and the

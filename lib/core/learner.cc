@@ -30,8 +30,8 @@ Learner::Bucket &Learner::bucket_state(int i) {
     s.warmup = std::max(s.warmup, 0);
     s.calls_per_sample = std::max(s.calls_per_sample, 1);
     s.confirm = std::min(std::max(s.confirm, 0), kMaxTimed);
-    if (s.candidates == 1) {  // nothing to learn: decided from the start, never looked at
-      b.decided = true;
+    if (s.candidates == 1) {  // nothing to learn: decided from the start, or one look that times it
+      b.decided = !s.measure_single;
       s.late_looks.clear();
     }
   }

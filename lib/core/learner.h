@@ -66,6 +66,9 @@ struct LearnShape {
   int confirm = 3;             // timed calls that confirm a seeded winner (after `warmup` untimed)
   double confirm_ratio = 1.25;
   bool lowest_of_looks = true;  // the lowest median of all looks counts, else the latest look's
+  // With one candidate: false, nothing is timed; true, one look times it (its
+  // agreed time is then known, e.g. to hold against a prediction), no later look.
+  bool measure_single = false;
   std::vector<uint64_t> late_looks;  // the bucket's call counts (probes included) where a late look starts
 };
 
