@@ -29,6 +29,11 @@ All-reduce rows (scripts/bench, scripts/bench-node):
             empty on one node
   route     under the preload, the library the learned route gave the size
   predicted_us  the cost model's prediction for BlueConnect's plan (bc_bench --plan), else empty
+  plan      BlueConnect's plan for the size in BC_PLAN's terms (bc_bench --plan: the learned
+            winner where the plan is learned), else empty
+  min_us    the fastest call of the timed loop (per call, slowest rank), where the run gives it
+  (files written before plan and min_us existed lack those columns; --append keeps a file's
+  own columns)
 DDP rows (scripts/bench-torch):
   run,layout,nranks,backend,step_median_ms,step_mean_ms,comm_span_ms,samples_per_s,identical,
   bucket,bucket_bytes,hook_ms,done_ms,bucket_mb_per_s
@@ -53,7 +58,7 @@ def read_layouts():
 
 LAYOUTS = read_layouts()
 ALLREDUCE_COLUMNS = ["run", "job", "layout", "nranks", "path", "library", "config", "size_bytes", "time_us",
-                     "pct_bound", "wrong", "route", "predicted_us"]
+                     "pct_bound", "wrong", "route", "predicted_us", "plan", "min_us"]
 DDP_COLUMNS = ["run", "layout", "nranks", "backend", "step_median_ms", "step_mean_ms", "comm_span_ms",
                "samples_per_s", "identical", "bucket", "bucket_bytes", "hook_ms", "done_ms", "bucket_mb_per_s"]
 
@@ -76,11 +81,13 @@ def head_of(meta_tsv):
                   "load": meta.get("load", ""), "nproc": meta.get("nproc", "")}
 
 
-def row(run, job, layout, nranks, path, library, config, size, us, wrong="", route="", predicted=None):
+def row(run, job, layout, nranks, path, library, config, size, us, wrong="", route="", predicted=None, plan="",
+        min_us=None):
     return {"run": run, "job": job, "layout": layout, "nranks": nranks, "path": path, "library": library,
             "config": config, "size_bytes": size, "time_us": "%.1f" % us, "pct_bound": pct(layout, size, us),
             "wrong": wrong, "route": route,
-            "predicted_us": "%.1f" % predicted if predicted is not None and predicted >= 0 else ""}
+            "predicted_us": "%.1f" % predicted if predicted is not None and predicted >= 0 else "",
+            "plan": plan or "", "min_us": "%.1f" % min_us if min_us is not None else ""}
 
 
 def from_bench(d, run):
@@ -99,11 +106,12 @@ def from_bench(d, run):
             bc_path = "torch" if config == "gloo" else path
             if "bc" in j:
                 rows.append(row(run, job, r["layout"], np_, bc_path, "blueconnect", config, size, j["bc"]["avg_us"],
-                                j["bc"].get("wrong", ""), predicted=j.get("predicted_us")))
+                                j["bc"].get("wrong", ""), predicted=j.get("predicted_us"), plan=j.get("plan"),
+                                min_us=j["bc"].get("min_us")))
             if other in j:
                 rows.append(row(run, job, r["layout"], np_, "torch" if other == "gloo" else "mpi",
                                 "gloo" if other == "gloo" else "openmpi", config, size, j[other]["avg_us"],
-                                j[other].get("wrong", "")))
+                                j[other].get("wrong", ""), min_us=j[other].get("min_us")))
     return rows, head
 
 
@@ -216,10 +224,13 @@ def main(argv):
         head["command"] = command
     out = out or os.path.join(d, "summary.csv")
     new = not (append and os.path.exists(out))
+    if not new:  # the file's own columns: one written before a column existed stays one table
+        with open(out) as f:
+            columns = next(l for l in f if not l.startswith("#")).strip().split(",")
     with open(out, "w" if new else "a") as f:
         # One '#' line per run: where its numbers came from.
         f.write("# run %d: %s\n" % (run, "; ".join("%s %s" % (k, v) for k, v in head.items() if v)))
-        w = csv.DictWriter(f, fieldnames=columns, lineterminator="\n")
+        w = csv.DictWriter(f, fieldnames=columns, lineterminator="\n", extrasaction="ignore")
         if new:
             w.writeheader()
         w.writerows(rows)

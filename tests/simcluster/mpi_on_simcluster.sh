@@ -12,9 +12,7 @@ shift 3
 export BC_SIMCLUSTER_PREFIX=${BC_SIMCLUSTER_TEST_PREFIX:-bctest} BC_SIMCLUSTER_STATE=${BC_SIMCLUSTER_TEST_STATE:-/run/bc-simcluster-test}
 . "$(dirname "$0")/sim_common.sh"
 sim_up mpisim --nodes 3 --slots 3 --bw 1gbit --delay 50us
-forward=()
-for v in BC_TRANSPORT BC_DEBUG BC_TIMEOUT; do [ -n "${!v:-}" ] && forward+=(-x "$v"); done
-"$sc" run "${forward[@]}" -np 7 "$tests" -r xml -o "$xml" "$@"
+sim_run -np 7 "$tests" -r xml -o "$xml" "$@"
 rc=$?
 sim_down
 exit $rc

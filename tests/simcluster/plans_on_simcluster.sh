@@ -10,9 +10,7 @@ sc=$1 tests=$2 xml=$3
 . "$(dirname "$0")/sim_common.sh"
 sim_names plans plans
 sim_up plans --nodes 2 --slots 2 --bw 100mbit --delay 50us
-forward=()
-for v in BC_DEBUG ASAN_OPTIONS LSAN_OPTIONS; do [ -n "${!v:-}" ] && forward+=(-x "$v"); done
-"$sc" run "${forward[@]}" -np 4 "$tests" -r xml -o "$xml" "[plans_sim]"
+sim_run -np 4 "$tests" -r xml -o "$xml" "[plans_sim]"
 rc=$?
 sim_down
 exit $rc

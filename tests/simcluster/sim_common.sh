@@ -37,3 +37,12 @@ sim_down() {
   "$sc" down || { echo "simcluster down left something behind"; exit 1; }
   trap 'rm -rf "$dir"' EXIT
 }
+
+# sim_run ARGS...: "$sc" run ARGS, passing on the BC_* variables a person may
+# set around a test run (BC_TRANSPORT, BC_DEBUG, BC_TIMEOUT); the sanitizer's
+# variables go on by scripts/simcluster run itself.
+sim_run() {
+  local forward=() v
+  for v in BC_TRANSPORT BC_DEBUG BC_TIMEOUT; do [ -n "${!v:-}" ] && forward+=(-x "$v"); done
+  "$sc" run "${forward[@]}" "$@"
+}
