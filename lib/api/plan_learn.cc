@@ -386,6 +386,7 @@ std::string plan_learning_describe(const bc_comm *c) {
     const PlanLearning::Candidates &k = l->buckets[static_cast<size_t>(b)];
     if (k.plans.empty()) continue;
     const Learner::View v = l->learner.view(b);
+    if (v.medians.size() < k.plans.size() || v.served.size() < k.plans.size()) continue;  // not started
     os << "  " << bucket_range(b) << ": ";
     if (v.failed) os << "[0] (the agreement failed)";
     else if (!v.decided) os << "learning (" << v.probes_done << " of " << v.probes_total << " calls)";

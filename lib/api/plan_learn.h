@@ -29,6 +29,8 @@ class PlanLearning {
     int64_t bytes = 0;               // the size they were made for
   };
   PlanLearning();
+  PlanLearning(const PlanLearning &) = delete;  // the learner's shape function holds `this`
+  PlanLearning &operator=(const PlanLearning &) = delete;
   Learner learner;
   std::vector<Candidates> buckets;       // per bucket; empty until its first call
   std::vector<PlanRule> fixed;           // BC_PLAN_CANDIDATES, one rule each; empty: the model's
