@@ -220,14 +220,25 @@ Status calibrate(bc_comm *c, CostModel *out) {
     }
   }
   std::vector<float> buf;
+  // Where the calibration's time goes, for BC_DEBUG=PLAN (wall clock on
+  // rank 0, barriers included): the untimed first runs, each (stage,
+  // algorithm)'s small and large trials over all repeats, the plan fits.
+  using Clock = std::chrono::steady_clock;
+  const auto since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
+  auto t0 = Clock::now();
   // One untimed run per stage first: connections are set up on first use.
   for (size_t s = 0; s < nstages; ++s) {
     double ignored = 0;
     BC_CHECK(run_trial(c, {s, Algo::Ring, kLarge, 1}, &buf, &ignored));
   }
-  std::vector<double> mine(trials.size() * kRepeats), slowest(mine.size());
+  const double first_runs = since(t0);
+  std::vector<double> mine(trials.size() * kRepeats), slowest(mine.size()), spent(trials.size(), 0.0);
   for (int r = 0; r < kRepeats; ++r)
-    for (size_t i = 0; i < trials.size(); ++i) BC_CHECK(run_trial(c, trials[i], &buf, &mine[i * kRepeats + r]));
+    for (size_t i = 0; i < trials.size(); ++i) {
+      t0 = Clock::now();
+      BC_CHECK(run_trial(c, trials[i], &buf, &mine[i * kRepeats + r]));
+      spent[i] += since(t0);
+    }
   BC_CHECK(sync_point(c, BC_OK));  // a failure in the last measurement is announced here
   BC_MPI_CHECK(MPI_Allreduce(mine.data(), slowest.data(), static_cast<int>(mine.size()), MPI_DOUBLE, MPI_MAX, c->mpi));
 
@@ -259,7 +270,19 @@ Status calibrate(bc_comm *c, CostModel *out) {
   // it in one run in two.
   out->max_chunk = 1 << 20;
   out->max_whole = 2 << 20;
+  t0 = Clock::now();
   BC_CHECK(calibrate_plans(c, out));
+  if (c->rank == 0 && log_enabled(LogLevel::Info, LogSys::Plan)) {
+    std::string parts;
+    char part[96];
+    for (size_t i = 0; i + 1 < trials.size(); i += 2) {
+      std::snprintf(part, sizeof part, " stage %zu %s %.0f+%.0f ms;", trials[i].stage + 1, algo_name(trials[i].algo),
+                    spent[i] * 1e3, spent[i + 1] * 1e3);
+      parts += part;
+    }
+    BC_INFO(Plan, "calibration's time: first runs %.0f ms;%s whole plans %.0f ms (%zu plans x 2 sizes x %d)",
+            first_runs * 1e3, parts.c_str(), since(t0) * 1e3, out->plan_fits.size(), kRepeats);
+  }
   return BC_OK;
 }
 
