@@ -401,7 +401,8 @@ Status model_from_file_cache(bc_comm *c, const std::string &key, const std::stri
   bool matches = false;
   BC_CHECK(model_parse(text, signature, &c->model, &matches));
   if (!matches) return BC_FAIL(BC_ERR_INTERNAL, "the cached cost model does not match its layout %s", signature.c_str());
-  c->model.source = "cache " + model_cache_path(dir, key);
+  c->model_cache_file = model_cache_path(dir, key);
+  c->model.source = "cache " + c->model_cache_file;
   {
     std::lock_guard<std::mutex> lock(g_models_mutex);
     g_models[key] = text;
@@ -432,6 +433,7 @@ bool model_is_local(const bc_comm *c) {
 
 Status model_setup(bc_comm *c) {
   c->model = CostModel();
+  c->model_cache_file.clear();
   c->choices.clear();  // made with or without the model: none may outlive it
   if (model_is_local(c)) return BC_OK;
   const std::string mode = c->params.get_str(ParamId::Model);

@@ -66,6 +66,9 @@ struct bc_comm {
   int64_t spin_count = bc::kSpinCountOwnCpu;
   std::string spin_why;
   std::vector<bc::PlanRule> plan_rules;
+  // The per-user cache file the model was loaded from; "" when calibrated,
+  // given by BC_MODEL_FILE or taken from this process (plan_learn.cc checks it).
+  std::string model_cache_file;
   bc::CostModel model;  // empty: BC_MODEL off, or one node (lib/api/calibrate.cc)
   // The choice per buffer size (comm_choose; every rank computes the same),
   // kept: a PlanChoice copied per call allocates its stage algorithms.

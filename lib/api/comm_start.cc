@@ -193,6 +193,8 @@ Status comm_run(bc_comm *c, const CollArgs &a) {
   unsigned char *work = nullptr;
   void *pooled_work = nullptr;
   LearnTurn turn;
+  // Read before start() knows whether the call is a learning turn (the turn's
+  // time includes start); `c` is not checked yet, so nothing of it is read here.
   const auto began = std::chrono::steady_clock::now();
   Status st = start(c, a, &lock, &op, &work, &pooled_work, false, &turn);
   if (st == BC_OK && op) {

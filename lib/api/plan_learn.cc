@@ -31,8 +31,7 @@ LearnShape plan_shape(int candidates, int bucket) {
   s.incumbent = 0;
   s.warmup = 1;
   s.timed = (int64_t{1} << bucket) >= (1 << 20) ? 3 : 5;
-  const int64_t run = (int64_t{32} << 10) >> bucket;
-  s.calls_per_sample = run >= 8 ? 8 : run < 1 ? 1 : static_cast<int>(run);
+  s.calls_per_sample = Learner::calls_per_run(bucket, 32 << 10, 8);
   s.min_win_seconds = 1e-6;
   s.min_win_ratio = 0.97;
   s.recheck_ratio = 0;
@@ -122,21 +121,20 @@ Status load_cached(bc_comm *c, PlanLearning *l, int64_t max_age_ms) {
       body.clear();
       if (why != "no cached plans")  // a stale, foreign or corrupt file is never trusted: learned again
         BC_WARN(Plan, "plan learning: cached plans not used, learning them again: %s", why.c_str());
-    } else {
-      std::vector<PlanLearning::Cached> check;
-      if (!parse_cached(body, &check, &why)) {
-        BC_WARN(Plan, "plan learning: %s: %s; learning the plans again",
-                cache_path(l->cache_dir, "plans", l->cache_key).c_str(), why.c_str());
-        body.clear();
-      }
+    } else if (!parse_cached(body, &l->cached, &why)) {
+      BC_WARN(Plan, "plan learning: %s: %s; learning the plans again",
+              cache_path(l->cache_dir, "plans", l->cache_key).c_str(), why.c_str());
+      body.clear();
+      l->cached.clear();
     }
   }
   long long len = static_cast<long long>(body.size());
   BC_MPI_CHECK(MPI_Bcast(&len, 1, MPI_LONG_LONG, 0, c->mpi));
   body.resize(static_cast<size_t>(len));
   if (len > 0) BC_MPI_CHECK(MPI_Bcast(&body[0], static_cast<int>(len), MPI_CHAR, 0, c->mpi));
+  // The others parse what rank 0 parsed and found good.
   std::string why;
-  if (len > 0 && !parse_cached(body, &l->cached, &why)) l->cached.clear();  // rank 0 checked it: cannot happen
+  if (c->rank != 0 && len > 0 && !parse_cached(body, &l->cached, &why)) l->cached.clear();
   return BC_OK;
 }
 
@@ -186,12 +184,10 @@ void check_caches(bc_comm *c, PlanLearning *l, int b, int winner, double took) {
   if (l->caches_checked || k.bytes < (1 << 20)) return;
   l->caches_checked = true;
   const double predicted = k.predicted[static_cast<size_t>(winner)];
-  static const std::string kCache = "cache ";
-  const bool model_cached = c->model.source.compare(0, kCache.size(), kCache) == 0;
   if (c->rank != 0 || predicted <= 0 || took <= kStaleRatio * predicted) return;
-  if (!model_cached && c->topo.racks_cache.empty()) return;
+  if (c->model_cache_file.empty() && c->topo.racks_cache.empty()) return;
   std::string removed;
-  for (const std::string &path : {model_cached ? c->model.source.substr(kCache.size()) : std::string(), c->topo.racks_cache})
+  for (const std::string &path : {c->model_cache_file, c->topo.racks_cache})
     if (!path.empty() && std::remove(path.c_str()) == 0) removed += " " + path;
   BC_WARN(Plan, "plan learning, %s: the plan took %s where the cost model predicted %s (%.1fx): the cached model "
           "or racks of these hosts describe another network than today's; removed from the cache so that the "
@@ -203,8 +199,7 @@ void check_caches(bc_comm *c, PlanLearning *l, int b, int winner, double took) {
 
 PlanLearning::PlanLearning()
     : learner([this](int b) { return plan_shape(static_cast<int>(buckets[static_cast<size_t>(b)].plans.size()), b); }),
-      buckets(Learner::kBuckets),
-      logged(Learner::kBuckets, false) {}
+      buckets(Learner::kBuckets) {}
 
 Status plan_learning_setup(bc_comm *c) {
   c->learning.reset();

@@ -43,7 +43,6 @@ class PlanLearning {
     std::vector<double> medians;
   };
   std::vector<Cached> cached;
-  std::vector<bool> logged;  // per bucket: its latest verdict was logged and stored
   bool caches_checked = false;  // the cached model and racks were checked against a verdict
 };
 

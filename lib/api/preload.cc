@@ -1,7 +1,8 @@
 // The preload's door (lib/include/blueconnect_preload.h): thin forwards to the
 // library's internals, which stay hidden.
-#include <algorithm>
 #include "blueconnect_preload.h"
+
+#include <algorithm>
 
 #include "api/comm.h"
 #include "core/status.h"
@@ -28,9 +29,9 @@ bc_status_t copy(void *dst, const void *src, size_t bytes) { return cuda_copy(ds
 
 int learning_calls(int64_t bytes) {
   if (param_str(ParamId::PlanLearn) != "on") return 0;
-  // The user's candidates, or the model's (at most 3: its choice and two runners-up).
+  // The user's candidates, or the model's (its choice and up to two runners-up).
   const std::string &fixed = param_str(ParamId::PlanCandidates);
-  const int n = fixed.empty() ? 3 : 1 + static_cast<int>(std::count(fixed.begin(), fixed.end(), '|'));
+  const int n = fixed.empty() ? kMaxModelCandidates : 1 + static_cast<int>(std::count(fixed.begin(), fixed.end(), '|'));
   return plan_learning_max_calls(bytes, n);
 }
 

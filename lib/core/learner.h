@@ -92,6 +92,13 @@ class Learner {
     const int b = 63 - __builtin_clzll(static_cast<unsigned long long>(bytes));
     return b < kBuckets - 1 ? b : kBuckets - 1;
   }
+  // Calls timed together as one sample in `bucket`: about run_bytes' worth of
+  // calls of its smallest size, within 1..max_calls (a preempted call then
+  // spoils one sample, and alternating call times average out).
+  static int calls_per_run(int bucket, int64_t run_bytes, int max_calls) {
+    const int64_t calls = run_bytes >> bucket;
+    return calls >= max_calls ? max_calls : calls < 1 ? 1 : static_cast<int>(calls);
+  }
   // Calls of one look at a bucket of this shape.
   static int probes(const LearnShape &s) { return s.candidates * (s.warmup + s.timed * s.calls_per_sample); }
   const LearnShape &shape(int bucket) { return bucket_state(bucket).shape; }

@@ -201,37 +201,47 @@ void for_each_plan(const Hierarchy &split, const Hierarchy &leader, const Hierar
 }
 }  // namespace
 
+namespace {
+// The model's pick among the plans for_each_plan offers, in its order: a
+// later one must be 3% faster than the best so far.
+struct Pick {
+  ModelCandidate best;
+  void offer(const PlanChoice &c, const Prediction &p) {
+    if (!best.prediction.ok || p.seconds < best.prediction.seconds * 0.97) best = {c, p};
+  }
+};
+}  // namespace
+
 PlanChoice model_choose(const Hierarchy &split, const Hierarchy &leader, const Hierarchy &flat, const CostModel &m,
                         int64_t bytes, Prediction *pred) {
-  // A later candidate must be 3% faster than the best so far (see for_each_plan for the order).
-  PlanChoice best;
-  Prediction best_p;
-  for_each_plan(split, leader, flat, m, bytes, [&](const PlanChoice &c, const Prediction &p) {
-    if (!best_p.ok || p.seconds < best_p.seconds * 0.97) {
-      best = c;
-      best_p = p;
-    }
-  });
-  if (pred) *pred = best_p;
-  return best;
+  Pick pick;
+  for_each_plan(split, leader, flat, m, bytes, [&](const PlanChoice &c, const Prediction &p) { pick.offer(c, p); });
+  if (pred) *pred = pick.best.prediction;
+  return pick.best.choice;
 }
 
 std::vector<ModelCandidate> model_candidates(const Hierarchy &split, const Hierarchy &leader, const Hierarchy &flat,
                                              const CostModel &m, int64_t bytes, double within) {
-  std::vector<ModelCandidate> out(1);
-  out[0].choice = model_choose(split, leader, flat, m, bytes, &out[0].prediction);
-  if (!out[0].prediction.ok) return {};
-  const PlanChoice &first = out[0].choice;
-  const double limit = out[0].prediction.seconds * within;
+  // One pass: every plan with its prediction, and model_choose's pick among them.
+  std::vector<ModelCandidate> all;
+  Pick pick;
+  for_each_plan(split, leader, flat, m, bytes, [&](const PlanChoice &c, const Prediction &p) {
+    all.push_back({c, p});
+    pick.offer(c, p);
+  });
+  if (!pick.best.prediction.ok) return {};
+  const PlanChoice &first = pick.best.choice;
+  const double limit = pick.best.prediction.seconds * within;
   // The best of another shape or top, and the best of the first's shape and
   // top with other chunks: the two ways the model has been wrong.
   ModelCandidate other_kind, other_chunk;
-  for_each_plan(split, leader, flat, m, bytes, [&](const PlanChoice &c, const Prediction &p) {
-    if (p.seconds > limit) return;
-    const bool same_kind = c.shape == first.shape && c.top == first.top;
-    ModelCandidate *slot = !same_kind ? &other_kind : c.chunk_bytes != first.chunk_bytes ? &other_chunk : nullptr;
-    if (slot && (!slot->prediction.ok || p.seconds < slot->prediction.seconds)) *slot = {c, p};
-  });
+  for (const ModelCandidate &c : all) {
+    if (c.prediction.seconds > limit) continue;
+    const bool same_kind = c.choice.shape == first.shape && c.choice.top == first.top;
+    ModelCandidate *slot = !same_kind ? &other_kind : c.choice.chunk_bytes != first.chunk_bytes ? &other_chunk : nullptr;
+    if (slot && (!slot->prediction.ok || c.prediction.seconds < slot->prediction.seconds)) *slot = c;
+  }
+  std::vector<ModelCandidate> out{pick.best};
   for (const ModelCandidate *c : {&other_kind, &other_chunk})
     if (c->prediction.ok) out.push_back(*c);
   return out;

@@ -116,7 +116,8 @@ PlanChoice model_choose(const Hierarchy &split, const Hierarchy &leader, const H
 // lib/api/plan_learn.cc): model_choose's first, then the fastest predicted of
 // another shape or top, then the fastest of the first's shape and top with
 // other chunks, each only if predicted within `within` times the first.
-// Empty when the model cannot price any plan.
+// Empty when the model cannot price any plan; at most kMaxModelCandidates.
+constexpr int kMaxModelCandidates = 3;
 struct ModelCandidate {
   PlanChoice choice;
   Prediction prediction;

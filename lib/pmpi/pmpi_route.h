@@ -113,10 +113,7 @@ class SizeRoute {
   static int learning_calls(int bucket) { return 2 * probes(bucket) + kRecheckAfter; }
   static int timed_per_library(int bucket) { return (int64_t{1} << bucket) >= kLargeBytes ? kTimedLarge : kTimedSmall; }
   // Calls timed together as one sample: kRunBytes / the bucket's smallest size, within 1..kRunMaxCalls.
-  static int calls_per_sample(int bucket) {
-    const int64_t calls = kRunBytes >> bucket;
-    return calls >= kRunMaxCalls ? kRunMaxCalls : calls < 1 ? 1 : static_cast<int>(calls);
-  }
+  static int calls_per_sample(int bucket) { return Learner::calls_per_run(bucket, kRunBytes, kRunMaxCalls); }
 
   // Replaces two local medians (seconds) by the largest over the ranks, on
   // every rank; returns false when that failed (the bucket then stays with
