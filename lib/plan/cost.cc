@@ -63,10 +63,14 @@ StageShape stage_shape(Algo algo, int q, int m) {
 }
 
 CostFit fit_stage(const StageShape &shape, double b0, double t0, double b1, double t1) {
-  CostFit f;
   // Floors: a measurement in the noise must not give a free step or free bytes.
   const double bytes = shape.bytes_per_b * (b1 - b0);
-  f.beta = bytes > 0 ? std::max((t1 - t0) / bytes, 1e-12) : 1e-12;
+  return fit_alpha(shape, b0, t0, bytes > 0 ? std::max((t1 - t0) / bytes, 1e-12) : 1e-12);
+}
+
+CostFit fit_alpha(const StageShape &shape, double b0, double t0, double beta) {
+  CostFit f;
+  f.beta = beta;
   const double steps = std::max(shape.steps, 1.0);
   f.alpha = std::max((t0 - shape.bytes_per_b * b0 * f.beta) / steps, 1e-7);
   return f;

@@ -86,6 +86,10 @@ StageShape stage_shape(Algo algo, int q, int m);
 // Fits alpha and beta from two timings of one stage: t0 at b0 bytes, t1 at b1 > b0.
 CostFit fit_stage(const StageShape &shape, double b0, double t0, double b1, double t1);
 
+// Fits alpha alone from one timing t0 at b0 bytes, with a beta measured on the
+// same level by another algorithm (the link's price per byte a rank sends).
+CostFit fit_alpha(const StageShape &shape, double b0, double t0, double beta);
+
 struct Prediction {
   double seconds = 0;
   bool timed_plan = false;  // from a PlanFit, not from the stage fits

@@ -70,6 +70,18 @@ TEST_CASE("fit_stage recovers alpha and beta from two timings", "[cost]") {
   REQUIRE(g.alpha > 0);
 }
 
+TEST_CASE("fit_alpha: one timing and the level's beta give another algorithm's alpha", "[cost]") {
+  // Calibration across nodes times rd's small point only and prices its bytes
+  // with the ring's beta on the same level (lib/api/calibrate.cc).
+  const StageShape rd = stage_shape(Algo::Rd, 4, 4);
+  const double alpha = 700e-6, beta = 66e-9, b0 = 256;
+  const CostFit f = fit_alpha(rd, b0, rd.steps * alpha + rd.bytes_per_b * b0 * beta, beta);
+  REQUIRE(f.beta == beta);
+  REQUIRE(f.alpha == Approx(alpha).epsilon(1e-9));
+  // A timing below what the bytes alone take must not give a free step.
+  REQUIRE(fit_alpha(rd, 1 << 20, 1e-6, beta).alpha > 0);
+}
+
 TEST_CASE("predict: one chunk is the sum of the stages; chunks stream at the busiest level", "[cost]") {
   const Hierarchy h = hier("2x4", 8);  // stage 1: 2 owners; stage 2: 4 owners
   const CostModel m = two_levels(10e-6, 0.1e-9, 500e-6, 32e-9);
