@@ -11,8 +11,10 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "bc_config.h"
 #include "bench_args.h"
@@ -28,6 +30,63 @@ using namespace bcbench;
 int finish(int code) {
   MPI_Finalize();
   return code;
+}
+
+// The parameters that pin a plan (docs/PLANS.md, "Who chooses"): set, the
+// communicator runs that plan and learns none.
+const char *const kPinning[] = {"BC_PLAN", "BC_ALGO", "BC_CHUNK", "BC_PIPELINE_DEPTH"};
+
+std::string pinned_by(const Options &opt) {
+  std::string out;
+  for (const char *name : kPinning) {
+    const char *env = std::getenv(name);
+    const bool in_options = opt.bc_options.find(std::string(name) + "=") != std::string::npos;
+    if ((env && *env) || in_options) out += std::string(out.empty() ? "" : ", ") + name;
+  }
+  return out;
+}
+
+// --plan with a pinned plan: the same sizes again, BlueConnect alone, on a
+// communicator without the pins ("!BC_PLAN" restores a parameter's default),
+// where it chooses and learns its plan; then, per size, whether the
+// pinned plan was slower. 0 all right; 1 a wrong result or an error.
+int compare_with_learned(const Options &opt, const std::vector<Row> &pinned, const std::string &pins, int rank,
+                         int size) {
+  std::string options = opt.bc_options;
+  for (const char *name : kPinning) options += std::string(options.empty() ? "" : ";") + "!" + name;
+  if (rank == 0)
+    std::printf("#\n# the plan is pinned (%s): the same sizes on a communicator without the pins, where "
+                "BlueConnect chooses and learns its plan\n", pins.c_str());
+  bc_comm_t learned = nullptr;
+  if (bc_comm_create_with(MPI_COMM_WORLD, options.c_str(), &learned) != BC_OK) {
+    if (rank == 0) std::fprintf(stderr, "bc_bench: the communicator without the pins: %s\n", bc_last_error());
+    return 1;
+  }
+  Options o = opt;
+  o.compare_mpi = false;
+  o.bc_options = options;  // the header's "BC_* options" line then shows the unpinning
+  int code = 0;
+  std::vector<Row> rows;
+  {
+    Bench bench(o, learned, rank, size);
+    code = bench.run(nullptr);
+    rows = bench.rows();
+  }
+  if (bc_comm_destroy(&learned) != BC_OK) code = 1;
+  if (rank != 0 || code != 0) return code;
+  // Slower by more than 5 %: this box's spread between two loops of one plan.
+  int slower = 0;
+  std::printf("# pinned against learned: %12s %14s %15s %8s\n", "size", "pinned_us", "learned_us", "ratio");
+  for (size_t i = 0; i < pinned.size() && i < rows.size(); ++i) {
+    const double a = pinned[i].avg[kBC], b = rows[i].avg[kBC];
+    const bool worse = b > 0 && a > 1.05 * b;
+    slower += worse;
+    std::printf("# pinned against learned: %12lld %14.2f %15.2f %8.2f%s\n", static_cast<long long>(pinned[i].size), a,
+                b, b > 0 ? a / b : 0.0, worse ? "  the pinned plan is SLOWER" : "");
+  }
+  std::printf("# the pinned plan was slower than the learned one (by more than 5 %%) at %d of %zu sizes\n", slower,
+              pinned.size());
+  return 0;
 }
 
 }  // namespace
@@ -101,12 +160,17 @@ int main(int argc, char **argv) {
   }
   MPI_Bcast(&opened, 1, MPI_INT, 0, MPI_COMM_WORLD);
   int code = 2;
+  std::vector<Row> rows;
   if (opened) {
     Bench bench(opt, comm, rank, size);
     code = bench.run(json);
+    rows = bench.rows();
   }
   if (json) std::fclose(json);
   if (bc_comm_destroy(&comm) != BC_OK) code = 1;
+  const std::string pins = pinned_by(opt);
+  if (code == 0 && opt.plan && !pins.empty() && !opt.via_mpi && opt.coll == Coll::Allreduce)
+    code = compare_with_learned(opt, rows, pins, rank, size);
   bc_finalize();
   return finish(code);
 }

@@ -65,6 +65,7 @@ int Bench::run(FILE *json) {
         std::fprintf(stderr, "# size %s done (%.1f s)\n", format_bytes(s).c_str(), MPI_Wtime() - t0);
       wrong += row.wrong[kBC] + row.wrong[kMPI];
     }
+    rows_.push_back(row);
   }
   MPI_Bcast(&wrong, 1, MPI_INT64_T, 0, MPI_COMM_WORLD);
   if (rank_ == 0 && o_.check)

@@ -134,6 +134,8 @@ class Bench {
 
   // 0: all right; 1: a wrong result or an error.
   int run(FILE *json);
+  // The rows run() printed, in size order (rank 0's are complete).
+  const std::vector<Row> &rows() const { return rows_; }
 
  private:
   // bench_loops.cc: buffers, timing loops and the reduction over the ranks.
@@ -181,6 +183,7 @@ class Bench {
   DevMirror dsend_, drecv_;
   unsigned char poison_ = 0x5A;
   bool failed_ = false;
+  std::vector<Row> rows_;
 };
 
 }  // namespace bcbench

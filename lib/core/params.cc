@@ -243,9 +243,21 @@ Status ParamSet::apply_overrides(const char *options) {
     std::string item = trim(s.substr(pos, semi == std::string::npos ? std::string::npos : semi - pos));
     pos = semi == std::string::npos ? s.size() : semi + 1;
     if (item.empty()) continue;
+    if (item[0] == '!') {
+      // "!KEY": the default, as if the environment had not set it (so that a
+      // benchmark can run the plan BlueConnect learns beside a pinned one:
+      // bc_bench --plan). "KEY=" would not do: an empty value means something
+      // to some parameters (BC_PLAN= is "split at every size").
+      const std::string key = trim(item.substr(1));
+      const ParamDef *d = param_find(key.c_str());
+      if (!d) return BC_FAIL(BC_ERR_INVALID_ARG, "option '%s': unknown parameter %s", item.c_str(), key.c_str());
+      BC_CHECK(set(d->id, d->default_value, "default"));
+      set_[static_cast<int>(d->id)] = false;
+      continue;
+    }
     size_t eq = item.find('=');
     if (eq == std::string::npos)
-      return BC_FAIL(BC_ERR_INVALID_ARG, "option '%s': expected KEY=VALUE", item.c_str());
+      return BC_FAIL(BC_ERR_INVALID_ARG, "option '%s': expected KEY=VALUE or !KEY", item.c_str());
     std::string key = trim(item.substr(0, eq));
     const ParamDef *d = param_find(key.c_str());
     if (!d) return BC_FAIL(BC_ERR_INVALID_ARG, "option '%s': unknown parameter %s", item.c_str(), key.c_str());

@@ -127,8 +127,9 @@ BC_API bc_status_t bc_finalize(void);
  * its traffic never mixes with the caller's. */
 BC_API bc_status_t bc_comm_create(MPI_Comm comm, bc_comm_t *out);
 /* As bc_comm_create, with per-communicator parameter overrides:
- * "BC_TOPO=2x2;BC_TRANSPORT=mpi". Keys are the BC_* parameter names. NULL or
- * "" means none. Every rank must pass the same string. */
+ * "BC_TOPO=2x2;BC_TRANSPORT=mpi". Keys are the BC_* parameter names; "!KEY"
+ * ("!BC_PLAN") restores KEY's default, as if the environment had not set it.
+ * NULL or "" means none. Every rank must pass the same string. */
 BC_API bc_status_t bc_comm_create_with(MPI_Comm comm, const char *options, bc_comm_t *out);
 /* Collective. Sets *comm to NULL. Across nodes (UCX) every rank returns only
  * once every rank has reached it, so that none stops serving a peer's last

@@ -185,6 +185,18 @@ TEST_CASE("per-communicator overrides", "[params]") {
   REQUIRE(ps.apply_overrides("BC_NOPE=1") == BC_ERR_INVALID_ARG);
   REQUIRE(ps.apply_overrides("BC_TOPO") == BC_ERR_INVALID_ARG);
   REQUIRE(ps.apply_overrides(nullptr) == BC_OK);
+  // "!KEY": back to the default, no longer set (what pins a plan).
+  REQUIRE(ps.apply_overrides("!BC_ALGO;BC_CHUNK=64K") == BC_OK);
+  REQUIRE(ps.get_str(ParamId::Algo) == ParamSet().get_str(ParamId::Algo));
+  REQUIRE_FALSE(ps.is_set(ParamId::Algo));
+  REQUIRE(ps.is_set(ParamId::Chunk));
+  REQUIRE(ps.apply_overrides(" !BC_CHUNK ") == BC_OK);
+  REQUIRE_FALSE(ps.is_set(ParamId::Chunk));
+  REQUIRE(ps.get_int(ParamId::Chunk) == ParamSet().get_int(ParamId::Chunk));
+  REQUIRE(ps.apply_overrides("!BC_NOPE") == BC_ERR_INVALID_ARG);
+  // An empty value is a value: BC_PLAN= pins the split at every size.
+  REQUIRE(ps.apply_overrides("BC_PLAN=") == BC_OK);
+  REQUIRE(ps.is_set(ParamId::Plan));
 }
 
 TEST_CASE("a misspelt BC_ variable in the environment is named", "[params]") {
