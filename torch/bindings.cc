@@ -22,7 +22,11 @@ PYBIND11_MODULE(_C, m) {
            py::call_guard<py::gil_scoped_release>())
       .def("describe", &bctorch::ProcessGroupBlueConnect::describe, py::arg("count"),
            py::call_guard<py::gil_scoped_release>(),
-           "The BlueConnect communicator's topology and plan for `count` float32 elements");
+           "The BlueConnect communicator's topology and plan for `count` float32 elements")
+      .def("learning_calls", &bctorch::ProcessGroupBlueConnect::learning_calls, py::arg("bytes"),
+           py::call_guard<py::gil_scoped_release>(),
+           "All-reduces of `bytes` bytes still to run before that size's plan is learned (docs/PLANS.md); "
+           "0 once it is. A benchmark that warms up with this many calls times the learned plan");
   m.def("mpi_world", &bctorch::mpi_world, py::call_guard<py::gil_scoped_release>(),
         "Initialises MPI and BlueConnect if needed; returns (world rank, world size)");
   m.def("mpi_rendezvous", &bctorch::mpi_rendezvous, py::call_guard<py::gil_scoped_release>(),

@@ -105,6 +105,9 @@ class ProcessGroupBlueConnect : public c10d::ProcessGroup {
   // The BlueConnect communicator's description (topology and plan) for
   // `count` float32 elements: for users and tests.
   std::string describe(int64_t count);
+  // bc_comm_learning_calls: the blocking all-reduces of `bytes` still to run
+  // before that size's plan is learned (0 once it is, or where none is).
+  int learning_calls(int64_t bytes);
 
  private:
   // gather's outputs, scatter's inputs: on the root one list of size_ tensors

@@ -128,7 +128,10 @@ Status comm_describe(bc_comm *c, int64_t count, bc_dtype_t dtype, std::string *o
   os << h.describe(block_count(count, nchunks, 0), elem);
   os << "transports:";
   for (auto &t : c->transports) os << " " << t->name();
-  os << "\nwaiting: " << c->spin_count << " idle poll(s) per yield (" << c->spin_why << ")";
+  const Transport *sleeper = exec_context(c, dtype, BC_SUM, BC_MEM_HOST).sleeper;
+  os << "\nwaiting: " << c->spin_count << " idle poll(s) per "
+     << (sleeper ? std::string("sleep on ") + sleeper->name() + "'s event fd" : std::string("yield")) << " ("
+     << c->spin_why << ")";
   os << "\nrank " << c->rank << " " << describe_program(*prog, elem);
   *out = os.str();
   return BC_OK;
