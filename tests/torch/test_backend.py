@@ -16,6 +16,17 @@ with PART one of:
                in the same processes, on a Gloo group over the same store:
                parameters identical on every rank, equal to Gloo's within
                float tolerance, and the same loss curve.
+  ddp_features DDP's features, each trained 8 steps in float64 on "blueconnect"
+               and again on a Gloo group over the same processes, from the
+               same parameters on the same data: the fp16 and bf16
+               compression comm hooks (within a bound derived from the
+               16-bit rounding), no_sync() gradient accumulation,
+               gradient_as_bucket_view, find_unused_parameters with a branch
+               some ranks skip, uneven inputs under ddp.join() (rank r runs
+               5 + r steps), and three models at once on three blueconnect
+               groups (the world, a new_group of all ranks, one of all but
+               rank 0); float64 results agree with Gloo's within 1e-12, and
+               every model is bit-identical on every rank.
   failures     a rank given to init_process_group that disagrees with MPI;
                with BC_CHECK_ARGS=1, ranks passing different counts (the
                error comes from wait(), the group stays usable).
@@ -459,12 +470,21 @@ def part_collectives():
 
 
 def part_ddp():
+    global CHECKS
     import torch.nn as nn
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     dist.init_process_group("blueconnect")
     p, r = dist.get_world_size(), dist.get_rank()
     gloo = dist.new_group(backend="gloo")
+    if os.environ.get("TEST_ACROSS_NODES") == "1":
+        # tests/simcluster/torch_on_simcluster.sh: a group across nodes takes every peer over UCX and sleeps
+        # on its event fd while it waits (torch/process_group.cc, kAcrossNodesOptions)
+        text = dist.distributed_c10d._get_default_group().describe(1 << 20)
+        for want in ("transports: ucx\n", "sleep on ucx's event fd"):
+            if want not in text:
+                fail("across nodes, the group's communicator lacks %r:\n%s" % (want, text))
+        CHECKS += 1
 
     def train(group):
         torch.manual_seed(1234)
@@ -505,7 +525,6 @@ def part_ddp():
     dist.all_gather(everyone, bc_params, group=gloo)
     for q in range(p):
         expect_equal(everyone[q], bc_params, "DDP parameters of rank %d vs rank %d" % (q, r))
-    global CHECKS
     CHECKS += 2
     if not torch.allclose(bc_params, gl_params, rtol=1e-5, atol=1e-6):
         fail("DDP parameters differ from Gloo's by up to %g" % (bc_params - gl_params).abs().max().item())
@@ -514,6 +533,375 @@ def part_ddp():
             fail("DDP loss at step %d: %r with blueconnect, %r with gloo" % (k, a, b))
     if bc_losses[-1] >= bc_losses[0]:
         fail("DDP did not train: loss %r -> %r" % (bc_losses[0], bc_losses[-1]))
+
+
+# --- ddp_features -----------------------------------------------------------
+# Each feature trains FEATURE_STEPS steps in float64, once with DDP on a
+# blueconnect group and once on a Gloo group over the same processes, from
+# the same parameters, on the same data. Two correct float64 reductions in
+# different orders differ by a few ulps (about 1e-16 relative) per step, so
+# their parameters agree within 1e-12; a reduction that loses, repeats or
+# misplaces a rank's contribution moves them by lr * |gradient| / p, about
+# 1e-2 here.
+
+FEATURE_STEPS = 8
+FEATURE_LR = 0.05
+F64_TOL = 1e-12
+
+
+def feature_model(r, cls=None):
+    import torch.nn as nn
+    torch.manual_seed(1234)
+    model = (cls() if cls else nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))).double()
+    if r != 0:  # DDP broadcasts rank 0's parameters: make the others differ first
+        with torch.no_grad():
+            for prm in model.parameters():
+                prm.add_(0.5 * r)
+    return model
+
+
+def feature_data(r, salt=0):
+    gen = torch.Generator().manual_seed(99 + r + 1000 * salt)
+    w_true = torch.randn(16, 4, generator=torch.Generator().manual_seed(7), dtype=torch.float64)
+
+    def batch():
+        x = torch.randn(8, 16, generator=gen, dtype=torch.float64)
+        return x, x @ w_true
+    return batch
+
+
+def flat_params(model):
+    return torch.cat([prm.detach().flatten() for prm in model.parameters()]).clone()
+
+
+def expect_close(got, ref, atol, what, rtol=0.0):
+    """|got - ref| <= atol + rtol * |ref| everywhere (torch.allclose)."""
+    global CHECKS
+    CHECKS += 1
+    if got.shape != ref.shape:
+        fail("%s: shapes %s and %s" % (what, tuple(got.shape), tuple(ref.shape)))
+    if not torch.allclose(got, ref, rtol=rtol, atol=atol):
+        d = (got - ref).abs()
+        i = int(d.argmax())
+        fail("%s: differ by up to %g (element %d: %r against %r); tolerance atol %g, rtol %g"
+             % (what, d.max().item(), i, got[i].item(), ref[i].item(), atol, rtol))
+
+
+def expect_same_on_ranks(params, gloo, what, members=None):
+    """The same bits on every rank (or every member of `members`, compared
+    on the members), gathered over Gloo."""
+    p, r = dist.get_world_size(), dist.get_rank()
+    everyone = [torch.empty_like(params) for _ in range(p)]
+    dist.all_gather(everyone, params, group=gloo)
+    members = list(range(p)) if members is None else list(members)
+    if r not in members:
+        return
+    for q in members:
+        expect_equal(everyone[q], params, "%s: rank %d against rank %d" % (what, q, r))
+
+
+def max_over_ranks(x, gloo):
+    t = torch.tensor([float(x)], dtype=torch.float64)
+    dist.all_reduce(t, op=ReduceOp.MAX, group=gloo)
+    return t.item()
+
+
+def feature_train(group, r, ddp_kwargs=None, hook=None, micro=1, steps=FEATURE_STEPS, cls=None,
+                  before_step=None, after_backward=None):
+    """DDP on `group` (None: the default group), plain SGD. `hook` is
+    registered with the group as its state; `micro` > 1 runs micro - 1
+    backward passes under no_sync() before the synced one; before_step(ddp,
+    step) runs before each forward, after_backward(ddp, step, k) after each
+    backward. Returns the model."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    model = feature_model(r, cls)
+    ddp = DDP(model, process_group=group, bucket_cap_mb=0.001, **(ddp_kwargs or {}))  # several buckets
+    if hook is not None:
+        ddp.register_comm_hook(state=group, hook=hook)
+    opt = torch.optim.SGD(ddp.parameters(), lr=FEATURE_LR)
+    batch = feature_data(r)
+    for step in range(steps):
+        opt.zero_grad()
+        if before_step:
+            before_step(ddp, step)
+        for k in range(micro):
+            x, y = batch()
+            if k < micro - 1:
+                with ddp.no_sync():
+                    ((ddp(x) - y) ** 2).mean().backward()
+            else:
+                ((ddp(x) - y) ** 2).mean().backward()
+            if after_backward:
+                after_backward(ddp, step, k)
+        opt.step()
+    return model
+
+
+def check_feature_against_gloo(name, bc, gl, gloo, members=None):
+    expect_same_on_ranks(bc, gloo, "%s on blueconnect, parameters" % name, members)
+    expect_same_on_ranks(gl, gloo, "%s on gloo, parameters" % name, members)
+    expect_close(bc, gl, F64_TOL, "%s: blueconnect's parameters against Gloo's" % name, rtol=F64_TOL)
+
+
+def gloo_reduces(dtype, gloo):
+    """Whether Gloo all-reduces `dtype` (torch 1.13's Gloo has no bfloat16:
+    "Invalid scalar type"). Collective over the Gloo group."""
+    try:
+        dist.all_reduce(torch.ones(2, dtype=dtype), group=gloo)
+    except RuntimeError as e:
+        if "Invalid scalar type" not in str(e):
+            raise
+        return False
+    return True
+
+
+def compress_in_float32_hook(dtype):
+    """The 16-bit compression hook's reference where Gloo cannot reduce the
+    16-bit type: the same compression (round the bucket to `dtype`, divide
+    by p there), the 16-bit values summed in float32 over Gloo (exact or
+    nearly: p 16-bit values) and rounded to `dtype` once, then written back
+    to the bucket as default_hooks' decompress does."""
+    def hook(group, bucket):
+        compressed = bucket.buffer().to(dtype).div_(group.size())
+        fut = dist.all_reduce(compressed.to(torch.float32), group=group, async_op=True).get_future()
+
+        def decompress(fut):
+            buf = bucket.buffer()
+            buf.copy_(fut.value()[0].to(dtype))
+            return buf
+        return fut.then(decompress)
+    return hook
+
+
+def feature_compress(gloo, p, r, plain_bc, dtype):
+    """fp16_compress_hook / bf16_compress_hook: each rank rounds its
+    gradient bucket to the 16-bit type and divides it by p there; both
+    backends then sum the same 16-bit values, each rounding to 16 bits
+    after every one of its p - 1 additions (docs/REDUCTIONS.md), in
+    different orders. Each rounding errs by at most u * G (u = 2^-11 for
+    float16, 2^-8 for bfloat16, the unit roundoff; G the largest |gradient|
+    any rank had, which bounds every partial sum since the values are
+    divided by p), so the two sums differ by at most 2 (p - 1) u G; a
+    differently rounded compression once the parameters drifted apart adds
+    2 u G. SGD moves a parameter by lr times that per step: over S steps at
+    most S * lr * 2p * u * G, doubled for the drift of the gradients
+    themselves (plain SGD at this lr does not amplify a difference much).
+    A lost or doubled rank moves the parameters by about lr * G / p per
+    step, beyond that bound at p <= 4 for float16; for bfloat16 the bound is
+    loose (the exact bfloat16 sums are checked in `collectives`). Where Gloo
+    has no all-reduce for the type (bfloat16 in torch 1.13: "Invalid scalar
+    type"), the Gloo run uses compress_in_float32_hook: the same
+    compression, summed with one rounding instead of p - 1, which is within
+    the same bound."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    name = "fp16" if dtype == torch.float16 else "bf16"
+    base = getattr(default_hooks, "%s_compress_hook" % name, None)
+    if base is None:
+        fail("torch %s has no default_hooks.%s_compress_hook" % (torch.__version__, name))
+    u = 2.0 ** -11 if dtype == torch.float16 else 2.0 ** -8
+    gloo_native = gloo_reduces(dtype, gloo)
+    seen = {"calls": 0, "g": 0.0}
+
+    def counting(inner):
+        def hook(state, bucket):
+            seen["calls"] += 1
+            seen["g"] = max(seen["g"], bucket.buffer().abs().max().item())
+            return inner(state, bucket)
+        return hook
+
+    global CHECKS
+    runs = {}
+    for tag, group, inner in (("blueconnect", None, base),
+                              ("gloo", gloo, base if gloo_native else compress_in_float32_hook(dtype))):
+        seen["calls"] = 0
+        runs[tag] = flat_params(feature_train(group, r, hook=counting(inner)))
+        CHECKS += 1
+        if seen["calls"] < FEATURE_STEPS:
+            fail("%s hook on %s: called %d times in %d steps" % (name, tag, seen["calls"], FEATURE_STEPS))
+    what = "DDP %s_compress_hook" % name
+    expect_same_on_ranks(runs["blueconnect"], gloo, "%s on blueconnect, parameters" % name)
+    expect_same_on_ranks(runs["gloo"], gloo, "%s on gloo, parameters" % name)
+    g = max_over_ranks(seen["g"], gloo)
+    tol = 2 * FEATURE_STEPS * FEATURE_LR * 2 * p * u * g
+    diff = (runs["blueconnect"] - runs["gloo"]).abs().max().item()
+    expect_close(runs["blueconnect"], runs["gloo"], tol, "%s: blueconnect's parameters against Gloo's" % what)
+    # the compression took effect: the 16-bit run is not the float64 one
+    CHECKS += 1
+    if (runs["blueconnect"] - plain_bc).abs().max().item() <= F64_TOL:
+        fail("%s: the parameters equal those trained without the hook" % what)
+    if r == 0:
+        print("ddp_features: %s: max |blueconnect - gloo| %.3g (bound %.3g, largest gradient %.3g)%s"
+              % (what, diff, tol, g, "" if gloo_native else "; Gloo has no %s all-reduce (torch %s): its run "
+                 "summed the %s values in float32" % (dtype, torch.__version__, name)), flush=True)
+
+
+def feature_no_sync(gloo, p, r):
+    """Three micro-batches per step, the first two under no_sync(): their
+    gradients stay local (they differ between ranks), the third backward
+    reduces the sum of all three (then the same bits on every rank)."""
+    seen = {"local_differ": 0}
+
+    def after_backward(ddp, step, k):
+        g = torch.cat([prm.grad.flatten() for prm in ddp.module.parameters()])
+        everyone = [torch.empty_like(g) for _ in range(p)]
+        dist.all_gather(everyone, g, group=gloo)
+        if k < 2:
+            if p > 1 and any(not torch.equal(everyone[q], g) for q in range(p)):
+                seen["local_differ"] += 1
+        else:
+            for q in range(p):
+                expect_equal(everyone[q], g, "no_sync: reduced gradient, step %d, rank %d against rank %d"
+                             % (step, q, r))
+
+    bc = flat_params(feature_train(None, r, micro=3, after_backward=after_backward))
+    gl = flat_params(feature_train(gloo, r, micro=3))
+    global CHECKS
+    CHECKS += 1
+    if p > 1 and seen["local_differ"] != 2 * FEATURE_STEPS:
+        fail("no_sync: gradients under no_sync() were the same on every rank in %d of %d backward passes"
+             % (2 * FEATURE_STEPS - seen["local_differ"], 2 * FEATURE_STEPS))
+    check_feature_against_gloo("DDP no_sync()", bc, gl, gloo)
+
+
+def feature_bucket_view(gloo, p, r, plain_bc):
+    """gradient_as_bucket_view=True: the gradients are views of the buckets,
+    reduced as without it (torch divides them by p in place then, instead of
+    multiplying by 1/p while copying: not the same bits)."""
+    bc = flat_params(feature_train(None, r, ddp_kwargs={"gradient_as_bucket_view": True}))
+    gl = flat_params(feature_train(gloo, r, ddp_kwargs={"gradient_as_bucket_view": True}))
+    check_feature_against_gloo("DDP gradient_as_bucket_view", bc, gl, gloo)
+    expect_close(bc, plain_bc, F64_TOL, "DDP gradient_as_bucket_view against the same run without it, on blueconnect",
+                 rtol=F64_TOL)
+
+
+class Branchy(torch.nn.Module):
+    """A middle layer that forward skips when `skip` is set."""
+
+    def __init__(self):
+        import torch.nn as nn
+        super().__init__()
+        self.a, self.b, self.c = nn.Linear(16, 32), nn.Linear(32, 32), nn.Linear(32, 4)
+        self.skip = False
+
+    def forward(self, x):
+        h = torch.relu(self.a(x))
+        if not self.skip:
+            h = h + torch.relu(self.b(h))
+        return self.c(h)
+
+
+def branch_skipped(step, r):
+    """Every fourth step no rank uses the branch; else ranks r with
+    (step + r) % 3 == 0 skip it."""
+    return step % 4 == 3 or (step + r) % 3 == 0
+
+
+def feature_unused(gloo, p, r):
+    def before_step(ddp, step):
+        ddp.module.skip = branch_skipped(step, r)
+
+    kw = {"find_unused_parameters": True}
+    bc = flat_params(feature_train(None, r, ddp_kwargs=kw, cls=Branchy, before_step=before_step))
+    gl = flat_params(feature_train(gloo, r, ddp_kwargs=kw, cls=Branchy, before_step=before_step))
+    check_feature_against_gloo("DDP find_unused_parameters", bc, gl, gloo)
+
+
+def feature_join(gloo, p, r):
+    """Uneven inputs: rank r runs 5 + r steps inside ddp.join(); the ranks
+    that ran out shadow the others' all-reduces with zeros, and at the end
+    the last to join broadcasts its model."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    steps = {}
+
+    def train(group):
+        model = feature_model(r)
+        ddp = DDP(model, process_group=group, bucket_cap_mb=0.001)
+        opt = torch.optim.SGD(ddp.parameters(), lr=FEATURE_LR)
+        batch = feature_data(r)
+        n = 0
+        with ddp.join():
+            for _ in range(5 + r):
+                x, y = batch()
+                opt.zero_grad()
+                ((ddp(x) - y) ** 2).mean().backward()
+                opt.step()
+                n += 1
+        steps[group] = n
+        return flat_params(model)
+
+    bc = train(None)
+    gl = train(gloo)
+    global CHECKS
+    CHECKS += 1
+    if steps[None] != 5 + r or steps[gloo] != 5 + r:
+        fail("join: ran %s steps, expected %d" % (steps, 5 + r))
+    check_feature_against_gloo("DDP join() with 5 + rank steps", bc, gl, gloo)
+
+
+def feature_groups(gloo, p, r):
+    """Three models trained in one loop, one backward for the sum of their
+    losses, so their buckets' all-reduces interleave: on the default group,
+    on a new blueconnect group of every rank, and on one of every rank but 0
+    (p >= 3; else every rank); the same with three Gloo groups."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    sub = list(range(1, p)) if p >= 3 else list(range(p))
+    bc_groups = [None, dist.new_group(list(range(p)), backend="blueconnect"),
+                 dist.new_group(sub, backend="blueconnect")]
+    gl_groups = [gloo, dist.new_group(list(range(p)), backend="gloo"), dist.new_group(sub, backend="gloo")]
+    names = ["default group", "new_group(all)", "new_group(%s)" % sub]
+    members = [range(p), range(p), sub]
+    if dist.get_backend(bc_groups[1]) != "blueconnect":
+        fail("new_group(backend='blueconnect') made a %s group" % dist.get_backend(bc_groups[1]))
+
+    def train(groups):
+        mine = [k for k in range(3) if r in members[k]]
+        models = {k: feature_model(r) for k in range(3)}
+        ddps = {k: DDP(models[k], process_group=groups[k], bucket_cap_mb=0.001) for k in mine}
+        opts = {k: torch.optim.SGD(ddps[k].parameters(), lr=FEATURE_LR) for k in mine}
+        batches = {k: feature_data(r, salt=k) for k in mine}
+        for _ in range(FEATURE_STEPS):
+            loss = 0
+            for k in mine:
+                opts[k].zero_grad()
+                x, y = batches[k]()
+                loss = loss + ((ddps[k](x) - y) ** 2).mean()
+            loss.backward()
+            for k in mine:
+                opts[k].step()
+        return [flat_params(models[k]) for k in range(3)]
+
+    bc = train(bc_groups)
+    gl = train(gl_groups)
+    for k in range(3):
+        ms = list(members[k])
+        expect_same_on_ranks(bc[k], gloo, "several groups, the model on %s, blueconnect" % names[k], ms)
+        expect_same_on_ranks(gl[k], gloo, "several groups, the model on %s, gloo" % names[k], ms)
+        if r in ms:
+            expect_close(bc[k], gl[k], F64_TOL, "several groups, the model on %s: blueconnect against Gloo"
+                         % names[k], rtol=F64_TOL)
+
+
+def part_ddp_features():
+    dist.init_process_group("blueconnect")
+    p, r = dist.get_world_size(), dist.get_rank()
+    gloo = dist.new_group(backend="gloo")
+    # without features: the reference of gradient_as_bucket_view, and of the
+    # hooks' "compression took effect"
+    plain_bc = flat_params(feature_train(None, r))
+    plain_gl = flat_params(feature_train(gloo, r))
+    check_feature_against_gloo("DDP without features", plain_bc, plain_gl, gloo)
+    global CHECKS
+    CHECKS += 1
+    moved = (plain_bc - flat_params(feature_model(0))).abs().max().item()
+    if moved < 1e-2:
+        fail("DDP without features: training moved the parameters by %g only" % moved)
+    feature_compress(gloo, p, r, plain_bc, torch.float16)
+    feature_compress(gloo, p, r, plain_bc, torch.bfloat16)
+    feature_no_sync(gloo, p, r)
+    feature_bucket_view(gloo, p, r, plain_bc)
+    feature_unused(gloo, p, r)
+    feature_join(gloo, p, r)
+    feature_groups(gloo, p, r)
 
 
 def part_failures():
@@ -565,8 +953,8 @@ def part_timeout():
 
 def main():
     part = sys.argv[1] if len(sys.argv) > 1 else "collectives"
-    {"collectives": part_collectives, "ddp": part_ddp, "failures": part_failures,
-     "timeout": part_timeout}[part]()
+    {"collectives": part_collectives, "ddp": part_ddp, "ddp_features": part_ddp_features,
+     "failures": part_failures, "timeout": part_timeout}[part]()
     n = torch.tensor([CHECKS], dtype=torch.int64)
     dist.all_reduce(n, group=REPORT_GROUP)
     if dist.get_rank() == 0:

@@ -59,14 +59,28 @@ def _check_store(store, rank, size, world_ranks, my_world_rank, timeout):
                                "store, %d for MPI" % (r, got, world_ranks[r]))
 
 
+def _not_started_by_mpirun(why, size):
+    return RuntimeError("blueconnect: this process was not started by mpirun (%s) but torch's WORLD_SIZE is %d: "
+                        "launch with `mpirun -np N python ...`; torchrun is not supported (docs/TORCH.md)"
+                        % (why, size))
+
+
 def _create(opts, pg_options=None):
     """The creator torch calls (register_backend with extended_api=True):
     `opts` carries the store, the group rank and size, the timeout and, for a
     new_group, the global ranks of its members."""
-    world_rank, world_size = _C.mpi_world()
     ranks = list(opts.global_ranks_in_group)
     rank, size = opts.group_rank, opts.group_size
+    if not ranks and size > 1 and not _under_mpirun():
+        # torchrun (or RANK/WORLD_SIZE set by hand): MPI would start as a
+        # singleton in each process, several jobs of 1 rank. Said before MPI
+        # is touched; WORLD_SIZE=1 without mpirun goes on.
+        raise _not_started_by_mpirun("none of %s is set" % ", ".join(_LAUNCHER_VARS), size)
+    world_rank, world_size = _C.mpi_world()
     if not ranks:
+        if size != world_size and world_size == 1:
+            # a launcher we do not know of that did not start MPI's world
+            raise _not_started_by_mpirun("MPI's world has 1 rank", size)
         if size != world_size:
             raise RuntimeError("blueconnect: world_size %d given to init_process_group disagrees with MPI's "
                                "world size %d" % (size, world_size))
