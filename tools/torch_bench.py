@@ -12,10 +12,13 @@ allreduce: dist.all_reduce (float32 sum, in place) per size, each backend alone 
   slowest rank. algbw = S/t, busbw = algbw * 2(p-1)/p. Data are small integers, so the sum is exact in any
   order, and every buffer is checked bit for bit after the loop (#wrong: wrong elements over all ranks).
 ddp: trains torchvision's resnet18/50 (untrained, 10 classes) with DDP on synthetic images, once per
-  backend from the same seed, after a compute-only run (no DDP) of the same model.
+  backend from the same seed, after a compute-only run (no DDP) of the same model. Per backend: the step,
+  the same buckets all-reduced with no compute (comm only), the exposed communication (step - compute only)
+  and each bucket's rate, as a share of its link bound with --bound. blueconnect finishes learning its
+  bucket sizes' plans after the warm-up steps, untimed (finish_learning).
 Exit status: 0 all right; 1 a wrong all-reduce result, or parameters that differ across ranks, or between
-the backends after the first step beyond rtol 1e-4, atol 1e-5 (at the end too with --check-final); 2 bad
-arguments.
+the backends after the first step beyond rtol 1e-4, atol 1e-5 (1e-3, 1e-4 with --hook fp16; at the end
+too with --check-final); 2 bad arguments.
 """
 import argparse
 import json
@@ -53,6 +56,17 @@ def size_range(text):
     return sizes
 
 
+def bound_spec(text):
+    parts = text.split(",")
+    try:
+        vals = [int(float(x)) for x in parts]
+    except ValueError:
+        raise argparse.ArgumentTypeError("--bound %r: expected NODES,BITS[,RACKS,TRUNK_BITS]" % text) from None
+    if len(vals) not in (2, 4) or vals[0] < 1 or vals[1] <= 0:
+        raise argparse.ArgumentTypeError("--bound %r: expected NODES,BITS[,RACKS,TRUNK_BITS]" % text)
+    return tuple(vals) if len(vals) == 4 else (vals[0], vals[1], 1, 0)
+
+
 def fmt_size(b):
     for unit, m in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
         if b >= m and b % m == 0:
@@ -88,7 +102,9 @@ def reuse_limit(p):
 
 def allreduce_one(group, bufs, warmup, iters):
     """warm-up, then `iters` back-to-back in-place all-reduces over the pool `bufs` in turn (one buffer would
-    overflow: torch's all_reduce has no out-of-place form). Returns seconds per call on this rank."""
+    overflow: torch's all_reduce has no out-of-place form). Returns seconds per call on this rank. blueconnect
+    finishes learning the size's plan first, untimed, on a scratch buffer (finish_learning)."""
+    finish_learning(group, [bufs[0].numel() * bufs[0].element_size()])
     for k in range(warmup):
         dist.all_reduce(bufs[k % len(bufs)], group=group)
     dist.barrier(group=group)  # start the timed loop together
@@ -165,8 +181,9 @@ class CommTimer:
     """State of the timing comm hook: the wall time from each bucket's hook call to its all-reduce's
     completion. Buckets overlap each other and the backward pass, so their sum is not time lost."""
 
-    def __init__(self, group):
+    def __init__(self, group, hook="allreduce"):
         self.group = group
+        self.hook = hook
         self.spans = []  # (start, end, bytes) per bucket of the current step
 
     def reset(self):
@@ -174,14 +191,19 @@ class CommTimer:
 
 
 def timed_allreduce_hook(state, bucket):
-    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+    """DDP's hook (--hook: allreduce_hook, or fp16_compress_hook, which sends half the bytes), timed from
+    its call to its future's completion."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    hook = {"allreduce": default_hooks.allreduce_hook, "fp16": default_hooks.fp16_compress_hook}[state.hook]
     t0 = time.perf_counter()
     nbytes = bucket.buffer().numel() * bucket.buffer().element_size()
+    if state.hook != "allreduce":
+        nbytes //= 2  # what goes on the wire: the bucket in 16-bit floats
 
     def done(fut):  # runs on the backend's thread when the bucket is reduced: record, wait for nothing
         state.spans.append((t0, time.perf_counter(), nbytes))
         return fut.value()
-    return allreduce_hook(state.group, bucket).then(done)
+    return hook(state.group, bucket).then(done)
 
 
 def make_model(args):
@@ -206,11 +228,11 @@ def train(args, rank, group=None, backend=None):
     timer = None
     if backend:
         model = DDP(model, process_group=group, bucket_cap_mb=args.bucket_mb)
-        timer = CommTimer(group)
+        timer = CommTimer(group, args.hook)
         model.register_comm_hook(timer, timed_allreduce_hook)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     loss_fn = torch.nn.CrossEntropyLoss()
-    steps, comm, span, first, timelines = [], [], [], None, []
+    steps, comm, span, first, timelines, learned = [], [], [], None, [], 0
     flat = lambda: torch.cat([q.detach().flatten() for q in model.parameters()])  # noqa: E731
     for step in range(args.warmup + args.steps):
         x, y = batch(args, rank, step)
@@ -224,13 +246,34 @@ def train(args, rank, group=None, backend=None):
         t1 = time.perf_counter()
         if step == 0:
             first = flat()  # outside the timing: a copy of 45 MB (resnet18)
+        if step == args.warmup - 1 and timer and timer.spans:
+            learned = finish_learning(group, [n for _, _, n in timer.spans])
         if step >= args.warmup:
             steps.append(t1 - t0)
             if timer and timer.spans:
                 comm.append(sum(e - s for s, e, _ in timer.spans))
                 span.append(max(e for _, e, _ in timer.spans) - min(s for s, _, _ in timer.spans))
                 timelines.append([(s - t0, e - t0, n) for s, e, n in timer.spans])
-    return steps, comm, span, (first, flat()), timelines
+    return steps, comm, span, (first, flat()), timelines, learned
+
+
+def finish_learning(group, bucket_bytes):
+    """blueconnect learns each all-reduce size's plan on its first calls (docs/PLANS.md, Learning): the
+    cost model's best plans take turns, so a slower one runs now and then until the verdict. A long training
+    run pays that in its first steps; a benchmark of a few steps would time it instead of the plan the run
+    then keeps. So after the warm-up steps, each bucket size gets the all-reduces it still needs, untimed, on
+    a scratch buffer (the training itself is the same for both backends). Returns how many ran."""
+    pg = group if group is not None else dist.distributed_c10d._get_default_group()
+    if not hasattr(pg, "learning_calls"):
+        return 0  # gloo, or an older blueconnect
+    ran = 0
+    for n in sorted(set(bucket_bytes)):
+        left = pg.learning_calls(n)  # the same on every rank: verdicts are agreed, turns counted in calls
+        scratch = torch.zeros(max(1, n // 4), dtype=torch.float32)
+        for _ in range(left):
+            dist.all_reduce(scratch, group=group)
+        ran += left
+    return ran
 
 
 def identical_on_all_ranks(flat, gloo):
@@ -261,6 +304,43 @@ def bucket_timeline(timelines, gloo):
     return out
 
 
+def link_bound_s(args, nbytes):
+    """The all-reduce's link bound for nbytes (seconds), from --bound: every node sends and receives
+    2(N-1)/N of the buffer over its link, and every rack 2(R-1)/R over its trunk; None without --bound."""
+    if not args.bound:
+        return None
+    nodes, bw, racks, trunk = args.bound
+    t = 2.0 * (nodes - 1) / nodes * nbytes * 8 / bw if nodes > 1 else 0.0
+    if racks > 1 and trunk > 0:
+        t = max(t, 2.0 * (racks - 1) / racks * nbytes * 8 / trunk)
+    return t
+
+
+def tolerance(args):
+    """(rtol, atol) for the two backends' parameters: float32 sums, or float16 ones with --hook fp16."""
+    return (1e-3, 1e-4) if args.hook == "fp16" else (1e-4, 1e-5)
+
+
+def comm_only(args, bucket_bytes, group, gloo):
+    """The buckets DDP reduced, in the order it launched them, reduced again with no compute: each
+    bucket's all-reduce started async as DDP's hook does, all waited for; buffers of the same bytes in
+    the type the hook sends (float32, or float16 with --hook fp16). Slowest rank's median over
+    --comm-reps repeats, in seconds."""
+    dtype = torch.float16 if args.hook == "fp16" else torch.float32
+    elem = torch.tensor([], dtype=dtype).element_size()
+    bufs = [torch.ones(max(1, n // elem), dtype=dtype) for n in bucket_bytes]
+    times = []
+    for rep in range(args.comm_reps + 1):  # the first one untimed: buffers and plans
+        dist.barrier(group=gloo)
+        t0 = time.perf_counter()
+        works = [dist.all_reduce(b, group=group, async_op=True) for b in bufs]
+        for w in works:
+            w.wait()
+        if rep:
+            times.append(time.perf_counter() - t0)
+    return max_over_ranks(statistics.median(times), gloo) if times else 0.0
+
+
 def run_ddp(args, p, rank, groups, gloo):
     gb = args.batch * p
     rows, flats = [], {}
@@ -271,22 +351,40 @@ def run_ddp(args, p, rank, groups, gloo):
                  "step_mean_ms": ms(statistics.mean(steps))})
     for b in orders(args.order, 1)[0]:
         dist.barrier(group=gloo)
-        steps, comm, span, flats[b], timelines[b] = train(args, rank, groups[b], b)
+        steps, comm, span, flats[b], timelines[b], learned = train(args, rank, groups[b], b)
         row = {"backend": b, "step_median_ms": ms(statistics.median(steps)), "step_mean_ms": ms(statistics.mean(steps)),
                "comm_sum_ms": ms(statistics.mean(comm)) if comm else 0.0,
                "comm_span_ms": ms(statistics.mean(span)) if span else 0.0,
-               "identical": identical_on_all_ranks(flats[b][1], gloo)}
+               "identical": identical_on_all_ranks(flats[b][1], gloo), "learning_calls": learned}
         row["samples_per_s"] = gb / (row["step_mean_ms"] / 1e3)
         row["buckets"] = bucket_timeline(timelines[b], gloo)
+        # Overlap as a measured quantity: the same buckets with no compute, and what of the step the
+        # compute does not explain (the exposed communication).
+        launch = sorted(row["buckets"], key=lambda bk: bk["hook_ms"])
+        row["comm_only_ms"] = 1e3 * comm_only(args, [bk["bytes"] for bk in launch], groups[b], gloo)
+        row["exposed_ms"] = row["step_median_ms"] - rows[0]["step_median_ms"]
+        grad_bytes = sum(bk["bytes"] for bk in row["buckets"])
+        bound = link_bound_s(args, grad_bytes)
+        row["grad_bytes"] = grad_bytes
+        row["grad_bound_ms"] = 1e3 * bound if bound is not None else None
+        for bk in row["buckets"]:  # its rate as a share of the link's: bound time / busy time
+            kb = link_bound_s(args, bk["bytes"])
+            busy_s = bk["bytes"] / (bk["mb_per_s"] * 1e6) if bk["mb_per_s"] else None
+            bk["bound_pct"] = 100.0 * kb / busy_s if kb and busy_s else None
         rows.append(row)
     # The backends sum in different orders, so the parameters differ by rounding after the first step (3e-8
     # measured at np 4); training amplifies that (1.7e-3 after 5 steps of resnet18 at np 4: BatchNorm over
     # small batches, momentum). So the check that fails is after step 1, where a wrong reduction would show;
     # the final difference is reported, and fails only with --check-final.
+    # With --hook fp16 both sum float16 values, rounding to 11 bits after each addition, in different
+    # orders: a gradient differs by up to 2(p-1) * 2^-11 of the largest, and the parameters after one step
+    # by lr times that (1.5e-5 measured on layout b, p = 8); a lost or doubled rank moves them by about
+    # lr * G / p, still above the wider tolerance.
+    rtol, atol = tolerance(args)
     close, diff = [], []
     for i in (0, 1):
         a, g = flats["blueconnect"][i], flats["gloo"][i]
-        close.append(max_over_ranks(int(torch.allclose(a, g, rtol=1e-4, atol=1e-5)), gloo, dist.ReduceOp.MIN) == 1)
+        close.append(max_over_ranks(int(torch.allclose(a, g, rtol=rtol, atol=atol)), gloo, dist.ReduceOp.MIN) == 1)
         diff.append(max_over_ranks((a - g).abs().max().item(), gloo))
     ok = close[0] and (close[1] or not args.check_final) and all(r.get("identical", True) for r in rows)
     if rank == 0:
@@ -299,24 +397,42 @@ def run_ddp(args, p, rank, groups, gloo):
               " per step (the buckets overlap each other and backward: not time lost); comm_span = first hook call"
               " to last completion per step; samples/s = global batch / mean step")
         print("# compute only = the same model without DDP, every rank at once (as in training)")
-        print("%-13s %13s %11s %13s %14s %11s %10s" % ("backend", "step_med_ms", "step_mean_ms", "comm_sum_ms",
-                                                     "comm_span_ms", "samples/s", "identical"))
+        print("# comm_only = the same buckets all-reduced with no compute, launched as DDP launched them (async, in"
+              " hook order), slowest rank's median of %d; exposed = step_med - compute only's step_med"
+              % args.comm_reps)
+        print("%-13s %13s %11s %13s %14s %12s %11s %11s %10s" % (
+            "backend", "step_med_ms", "step_mean_ms", "comm_sum_ms", "comm_span_ms", "comm_only_ms", "exposed_ms",
+            "samples/s", "identical"))
         for r in rows:
             if "comm_sum_ms" in r:
-                print("%-13s %13.1f %11.1f %13.1f %14.1f %11.1f %10s" % (
+                print("%-13s %13.1f %11.1f %13.1f %14.1f %12.1f %11.1f %11.1f %10s" % (
                     r["backend"], r["step_median_ms"], r["step_mean_ms"], r["comm_sum_ms"], r["comm_span_ms"],
-                    r["samples_per_s"], "yes" if r["identical"] else "NO"))
+                    r["comm_only_ms"], r["exposed_ms"], r["samples_per_s"], "yes" if r["identical"] else "NO"))
             else:
-                print("%-13s %13.1f %11.1f %13s %14s %11s %10s" % (r["backend"], r["step_median_ms"],
-                                                                   r["step_mean_ms"], "-", "-", "-", "-"))
+                print("%-13s %13.1f %11.1f %13s %14s %12s %11s %11s %10s" % (
+                    r["backend"], r["step_median_ms"], r["step_mean_ms"], "-", "-", "-", "-", "-", "-"))
+        bc_row = next((r for r in rows if r["backend"] == "blueconnect"), None)
+        if bc_row:
+            print("# blueconnect learned its bucket sizes' plans with %d untimed all-reduces after the warm-up steps"
+                  " (docs/PLANS.md, Learning)" % bc_row["learning_calls"])
+        if bc_row and bc_row["grad_bound_ms"] is not None:
+            nodes, bw, racks, trunk = args.bound
+            print("# link bound of the gradients (%d B): %.1f ms (%d nodes at %.0f Mbit/s%s): comm_only at %.0f %% "
+                  "of it (blueconnect)" % (
+                      bc_row["grad_bytes"], bc_row["grad_bound_ms"], nodes, bw / 1e6,
+                      ", %d racks at %.0f Mbit/s" % (racks, trunk / 1e6) if racks > 1 else "",
+                      100.0 * bc_row["grad_bound_ms"] / bc_row["comm_only_ms"] if bc_row["comm_only_ms"] else 0))
         print("# DDP buckets in completion order: bytes; hook call and completion, ms from the step's start (slowest"
-              " rank's mean over the timed steps); MB/s = bytes / (completion - max(hook call, previous completion))")
+              " rank's mean over the timed steps); MB/s = bytes / (completion - max(hook call, previous completion));"
+              " %% of link = the bucket's link bound / that time (blueconnect runs buckets one at a time; Gloo's"
+              " overlap, so its rates are not rates)")
         for r in rows:
             for i, bk in enumerate(r.get("buckets", [])):
-                print("#   %-11s bucket %d: %9d B  hook %8.1f  done %8.1f  %8.1f MB/s" % (
-                    r["backend"], i, bk["bytes"], bk["hook_ms"], bk["done_ms"], bk["mb_per_s"] or float("inf")))
-        print("# parameters after step 1, blueconnect against gloo: max |diff| %.3g, %s (rtol 1e-4, atol 1e-5)"
-              % (diff[0], "agree" if close[0] else "DISAGREE"))
+                print("#   %-11s bucket %d: %9d B  hook %8.1f  done %8.1f  %8.1f MB/s  %s" % (
+                    r["backend"], i, bk["bytes"], bk["hook_ms"], bk["done_ms"], bk["mb_per_s"] or float("inf"),
+                    "%5.1f %% of link" % bk["bound_pct"] if bk.get("bound_pct") else ""))
+        print("# parameters after step 1, blueconnect against gloo: max |diff| %.3g, %s (rtol %g, atol %g)"
+              % (diff[0], "agree" if close[0] else "DISAGREE", rtol, atol))
         print("# final parameters, blueconnect against gloo: max |diff| %.3g, %s%s" % (
             diff[1], "within" if close[1] else "beyond", " the same tolerance" + (
                 "" if close[1] or args.check_final else " (not a failure without --check-final: the two summation"
@@ -331,7 +447,7 @@ def run_ddp(args, p, rank, groups, gloo):
             with open(args.json, "w") as f:
                 for r in rows:
                     f.write(json.dumps(dict(r, mode="ddp", model=args.model, image=args.image, batch=args.batch,
-                                            nranks=p, steps=args.steps, warmup=args.warmup,
+                                            nranks=p, steps=args.steps, warmup=args.warmup, hook=args.hook,
                                             step1_max_abs_diff=diff[0], step1_agree=close[0],
                                             final_max_abs_diff=diff[1], final_agree=close[1])) + "\n")
     return 0 if ok else 1
@@ -378,8 +494,17 @@ def main():
     g.add_argument("--lr", type=float, default=0.01, help="SGD learning rate (default 0.01)")
     g.add_argument("--bucket-mb", type=float, default=25, help="DDP bucket_cap_mb (default 25, DDP's)")
     g.add_argument("--seed", type=int, default=0)
+    # No bf16: Gloo has no bfloat16 all-reduce in torch 1.13 ("Invalid scalar type"), so there is
+    # nothing to compare with; tests/torch/test_backend.py checks bf16_compress_hook's results.
+    g.add_argument("--hook", choices=("allreduce", "fp16"), default="allreduce",
+                   help="DDP comm hook for both backends: DDP's default allreduce_hook, or fp16_compress_hook "
+                        "(half the bytes on the wire; bucket bytes are reported as sent)")
+    g.add_argument("--comm-reps", type=int, default=3, help="repeats of the communication-only run (default 3)")
+    g.add_argument("--bound", type=bound_spec, default=None, metavar="NODES,BITS[,RACKS,TRUNK_BITS]",
+                   help="the network, for link bounds: nodes and each node link's bit/s, and racks with their "
+                        "trunks' bit/s (scripts/bench-torch passes its layout's)")
     g.add_argument("--check-final", action="store_true", help="fail also when the final parameters of the two "
-                                                              "backends differ beyond rtol 1e-4, atol 1e-5 (by "
+                                                              "backends differ beyond the tolerance (by "
                                                               "default only those after step 1 must agree)")
     args = ap.parse_args()
     if args.warmup is None:

@@ -35,9 +35,12 @@ All-reduce rows (scripts/bench, scripts/bench-node):
   (files written before plan and min_us existed lack those columns; --append keeps a file's
   own columns)
 DDP rows (scripts/bench-torch):
-  run,layout,nranks,backend,step_median_ms,step_mean_ms,comm_span_ms,samples_per_s,identical,
-  bucket,bucket_bytes,hook_ms,done_ms,bucket_mb_per_s
-  (one row per backend and bucket; bucket empty for compute only)
+  run,layout,nranks,backend,comm_hook,step_median_ms,step_mean_ms,comm_span_ms,comm_only_ms,
+  exposed_ms,samples_per_s,identical,bucket,bucket_bytes,hook_ms,done_ms,bucket_mb_per_s,
+  bucket_link_pct
+  (one row per backend and bucket; bucket and comm_hook empty for compute only; comm_only_ms is
+  the same buckets reduced with no compute, exposed_ms = step - compute only's step,
+  bucket_link_pct the bucket's link bound / its time; --append keeps a file's own columns)
 Standard library only (Debian's python3).
 """
 import csv
@@ -59,8 +62,9 @@ def read_layouts():
 LAYOUTS = read_layouts()
 ALLREDUCE_COLUMNS = ["run", "job", "layout", "nranks", "path", "library", "config", "size_bytes", "time_us",
                      "pct_bound", "wrong", "route", "predicted_us", "plan", "min_us"]
-DDP_COLUMNS = ["run", "layout", "nranks", "backend", "step_median_ms", "step_mean_ms", "comm_span_ms",
-               "samples_per_s", "identical", "bucket", "bucket_bytes", "hook_ms", "done_ms", "bucket_mb_per_s"]
+DDP_COLUMNS = ["run", "layout", "nranks", "backend", "comm_hook", "step_median_ms", "step_mean_ms", "comm_span_ms",
+               "comm_only_ms", "exposed_ms", "samples_per_s", "identical", "bucket", "bucket_bytes", "hook_ms",
+               "done_ms", "bucket_mb_per_s", "bucket_link_pct"]
 
 
 def bound_s(layout, nbytes):
@@ -173,17 +177,23 @@ def from_ddp(d, run):
     for r in read_tsv(os.path.join(raw, "runs.tsv")):
         for j in read_jsonl(os.path.join(raw, r["layout"] + ".jsonl")):
             common = {"run": run, "layout": r["layout"], "nranks": j.get("nranks", r["np"]),
-                      "backend": j["backend"], "step_median_ms": "%.1f" % j["step_median_ms"],
+                      "backend": j["backend"], "comm_hook": j.get("hook", "allreduce") if j.get("buckets") else "",
+                      "step_median_ms": "%.1f" % j["step_median_ms"],
                       "step_mean_ms": "%.1f" % j["step_mean_ms"],
                       "comm_span_ms": "%.1f" % j["comm_span_ms"] if "comm_span_ms" in j else "",
+                      "comm_only_ms": "%.1f" % j["comm_only_ms"] if "comm_only_ms" in j else "",
+                      "exposed_ms": "%.1f" % j["exposed_ms"] if "exposed_ms" in j else "",
                       "samples_per_s": "%.2f" % j["samples_per_s"] if "samples_per_s" in j else "",
                       "identical": j.get("identical", "")}
             buckets = j.get("buckets") or [None]
             for i, b in enumerate(buckets):
-                x = dict(common, bucket="", bucket_bytes="", hook_ms="", done_ms="", bucket_mb_per_s="")
+                x = dict(common, bucket="", bucket_bytes="", hook_ms="", done_ms="", bucket_mb_per_s="",
+                         bucket_link_pct="")
                 if b:
                     x.update(bucket=i, bucket_bytes=b["bytes"], hook_ms="%.1f" % b["hook_ms"],
-                             done_ms="%.1f" % b["done_ms"], bucket_mb_per_s="%.2f" % b["mb_per_s"])
+                             done_ms="%.1f" % b["done_ms"],
+                             bucket_mb_per_s="%.2f" % b["mb_per_s"] if b.get("mb_per_s") else "",
+                             bucket_link_pct="%.0f" % b["bound_pct"] if b.get("bound_pct") else "")
                 rows.append(x)
     return rows, head_of(os.path.join(raw, "meta.tsv"))[1]
 

@@ -36,7 +36,10 @@ check "allreduce JSON lines" "$out/ar.jsonl" '"gloo_over_bc"' 5
 
 run_mode ddp "$out/ddp.txt" --image 16 --batch 2 --steps 2 --warmup 1 --json "$out/ddp.jsonl"
 check "ddp compute row" "$out/ddp.txt" '^compute only +[0-9.]+ +[0-9.]+ ' 1
-check "ddp backend rows" "$out/ddp.txt" '^(blueconnect|gloo) +([0-9.]+ +){5}yes$' 2
+# step med, mean, comm sum, span, comm only, exposed (negative where the
+# step beat compute alone), samples/s, then the agreement with Gloo.
+check "ddp backend rows" "$out/ddp.txt" '^(blueconnect|gloo) +(-?[0-9.]+ +){7}yes$' 2
+check "ddp bucket lines" "$out/ddp.txt" '^#   (blueconnect|gloo) +bucket [0-9]+: +[0-9]+ B  hook' 2
 check "ddp agreement" "$out/ddp.txt" '^# parameters after step 1, blueconnect against gloo: .*, agree ' 1
 check "ddp JSON lines" "$out/ddp.jsonl" '"backend"' 3
 [ "$fail" = 0 ] && echo "torch_bench smoke: ok"
