@@ -106,7 +106,9 @@ Status check_given_racks(MPI_Comm comm, const ParamSet &params, const std::vecto
   for (size_t i = 0; i < given.size() && agree; ++i)
     for (size_t j = i + 1; j < given.size() && agree; ++j) agree = (given[i] == given[j]) == (measured[i] == measured[j]);
   const std::string given_text = given_level ? node_groups_text(n.leaders, given) : "no rack level";
-  const std::string source = how == "measured" ? "measured now; BC_DEBUG=TOPO shows the rates" : how + ", with the rates";
+  const std::string source = how == "measured" ? "measured now; BC_DEBUG=TOPO shows the rates"
+                             : how == "failed"  ? "it failed; the warning before this says why"
+                                                : how + ", with the rates";
   const bool conclusive = !measured_of_node.empty() || flat;
   if (conclusive && agree) {
     BC_INFO(Topo, "%s: the network agrees with its racks: %s (nodes by their first rank; %s)", kAboveText[above],

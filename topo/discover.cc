@@ -32,6 +32,9 @@ constexpr double kMargin = 0.05;
 constexpr int kMaxPasses = 6;
 constexpr char kKind[] = "racks";
 constexpr int kGroupTag = 0x6463;  // MPI_Comm_create_group's tag: "dc"
+// discover_fail_pass_for_testing: the leader (index among the leaders) whose
+// pass number g_fail_pass (from 1) fails after its gather; -1: none.
+int g_fail_leader = -1, g_fail_pass = 0;
 
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -221,7 +224,42 @@ Status one_pass(MPI_Comm lc, int i, int n, std::vector<Flow> *flows, std::string
   return BC_OK;
 }
 
+// The leaders' own communicator, made by the leaders alone: the other ranks
+// go straight to the broadcast of the result.
+Status leader_comm(MPI_Comm comm, const std::vector<int> &leaders, MPI_Comm *lc) {
+  MPI_Group all_group = MPI_GROUP_NULL, leader_group = MPI_GROUP_NULL;
+  int rc = MPI_Comm_group(comm, &all_group);
+  if (rc == MPI_SUCCESS) rc = MPI_Group_incl(all_group, static_cast<int>(leaders.size()), leaders.data(), &leader_group);
+  if (rc == MPI_SUCCESS) rc = MPI_Comm_create_group(comm, leader_group, kGroupTag, lc);
+  if (all_group != MPI_GROUP_NULL) MPI_Group_free(&all_group);
+  if (leader_group != MPI_GROUP_NULL) MPI_Group_free(&leader_group);
+  if (rc != MPI_SUCCESS) return BC_FAIL(BC_ERR_MPI, "the node leaders' communicator: MPI error %d", rc);
+  if (MPI_Comm_set_errhandler(*lc, MPI_ERRORS_RETURN) != MPI_SUCCESS) {
+    MPI_Comm_free(lc);
+    return BC_FAIL(BC_ERR_MPI, "MPI_Comm_set_errhandler on the node leaders' communicator");
+  }
+  return BC_OK;
+}
+
+// After each pass, every leader learns whether another pass follows (leader
+// 0's `more`, from its votes) and whether any leader's pass failed, in one
+// allreduce: a leader that failed alone must not leave the others waiting in
+// the next pass's gather. *st becomes a failure when any leader failed.
+Status pass_agreement(MPI_Comm lc, bool more_mine, Status *st, int *more) {
+  int flags[2] = {more_mine ? 1 : 0, *st == BC_OK ? 0 : 1}, agreed[2] = {0, 1};
+  *more = 0;
+  BC_MPI_CHECK(MPI_Allreduce(flags, agreed, 2, MPI_INT, MPI_MAX, lc));
+  if (agreed[1] && *st == BC_OK) *st = BC_FAIL(BC_ERR_MPI, "another node leader's discovery pass failed");
+  *more = agreed[1] ? 0 : agreed[0];
+  return BC_OK;
+}
+
 }  // namespace
+
+void discover_fail_pass_for_testing(int leader, int pass) {
+  g_fail_leader = leader;
+  g_fail_pass = pass;
+}
 
 Status discover_racks(MPI_Comm comm, const ParamSet &params, const std::vector<int64_t> &node_of,
                       const std::vector<uint64_t> &host_hash, std::vector<int> *rack_of_node, std::string *how,
@@ -236,7 +274,7 @@ Status discover_racks(MPI_Comm comm, const ParamSet &params, const std::vector<i
   const int n = static_cast<int>(leaders.size());
   const bool use_cache = params.get_str(ParamId::TopoDiscover) == "auto";
   const std::string dir = cache_dir(params), key = cache_key(leaders, host_hash);
-  // msg[0]: 0 measure, 1 cached, 2 measured; msg[1]: 1 when a level was
+  // msg[0]: 0 measure, 1 cached, 2 measured, 3 failed; msg[1]: 1 when a level was
   // found, 2 when conclusively flat, 0 otherwise; then the racks.
   std::vector<int> msg(static_cast<size_t>(n) + 2, 0);
   if (rank == 0 && use_cache) {
@@ -255,47 +293,52 @@ Status discover_racks(MPI_Comm comm, const ParamSet &params, const std::vector<i
   if (use_cache) BC_CHECK(bcast_sleepy(&msg, comm));
   if (msg[0] == 0) {
     std::string body;  // rank 0: what the cache file gets
-    // The leaders' own communicator, made by the leaders alone: the other
-    // ranks go straight to the broadcast of the result.
     const bool leader = node_of[rank] == rank;
-    MPI_Comm lc = MPI_COMM_NULL;
     if (leader) {
-      MPI_Group all_group = MPI_GROUP_NULL, leader_group = MPI_GROUP_NULL;
-      BC_MPI_CHECK(MPI_Comm_group(comm, &all_group));
-      int rc = MPI_Group_incl(all_group, n, leaders.data(), &leader_group);
-      if (rc == MPI_SUCCESS) rc = MPI_Comm_create_group(comm, leader_group, kGroupTag, &lc);
-      MPI_Group_free(&all_group);
-      if (leader_group != MPI_GROUP_NULL) MPI_Group_free(&leader_group);
-      BC_MPI_CHECK(rc);
-    }
-    if (leader) {
-      // Passes until the conclusive ones decide (RackPasses: 3 agreeing
-      // votes for racks, 2 for one rack, and all passes' flows together
-      // classifying the same), at most kMaxPasses: a stall of the host
-      // during one round (all of its flows at 15 Mbit/s once, under load 12)
-      // must not become a level, nor hide one. A pass whose data are
-      // inconclusive (a pair in the uncertain band, inconsistent) is no vote
-      // for "flat": it was counted as one until a busy host's two such
-      // passes hid racks of 3+1.
-      int i = 0;
-      BC_MPI_CHECK(MPI_Comm_rank(lc, &i));
-      const double tm = now_s();
+      // Discovery is advisory: a failure here must neither fail the
+      // communicator nor leave the other ranks in the broadcast below, so no
+      // path returns before it. Every leader leaves the passes together
+      // (pass_agreement), and rank 0 broadcasts "failed" as no rack level.
+      MPI_Comm lc = MPI_COMM_NULL;
+      Status st = leader_comm(comm, leaders, &lc);
       RackPasses passes(n, kMaxPasses, kSlowRatio, kMargin);
       std::string ev;
-      Status st = BC_OK;
-      for (int more = 1; more && st == BC_OK;) {
-        std::vector<Flow> flows;
-        std::string e;
-        st = one_pass(lc, i, n, &flows, &e);
-        ev += (ev.empty() ? "" : "; pass " + std::to_string(passes.passes() + 1) + " ") + e;
-        if (i == 0) more = passes.add(flows) ? 0 : 1;
-        if (st == BC_OK) st = MPI_Bcast(&more, 1, MPI_INT, 0, lc) == MPI_SUCCESS ? BC_OK : BC_ERR_MPI;
+      const double tm = now_s();
+      if (st == BC_OK) {
+        // Passes until the conclusive ones decide (RackPasses: 3 agreeing
+        // votes for racks, 2 for one rack, and all passes' flows together
+        // classifying the same), at most kMaxPasses: a stall of the host
+        // during one round (all of its flows at 15 Mbit/s once, under load 12)
+        // must not become a level, nor hide one. A pass whose data are
+        // inconclusive (a pair in the uncertain band, inconsistent) is no vote
+        // for "flat": it was counted as one until a busy host's two such
+        // passes hid racks of 3+1.
+        int i = 0;
+        st = MPI_Comm_rank(lc, &i) == MPI_SUCCESS ? BC_OK : BC_FAIL(BC_ERR_MPI, "MPI_Comm_rank of the leaders");
+        for (int more = 1, pass = 1; more && st == BC_OK; ++pass) {
+          std::vector<Flow> flows;
+          std::string e;
+          st = one_pass(lc, i, n, &flows, &e);
+          if (st == BC_OK && i == g_fail_leader && pass == g_fail_pass)
+            st = BC_FAIL(BC_ERR_MPI, "pass %d failed on leader %d (discover_fail_pass_for_testing)", pass, i);
+          ev += (ev.empty() ? "" : "; pass " + std::to_string(pass) + " ") + e;
+          const bool mine = i == 0 && st == BC_OK ? !passes.add(flows) : false;
+          const Status agreed = pass_agreement(lc, mine, &st, &more);
+          if (agreed != BC_OK) st = agreed;  // MPI itself failed: more is 0
+        }
+        MPI_Comm_free(&lc);
       }
       const RackClusters &c = passes.result();
       const double measure_ms = (now_s() - tm) * 1e3;
-      MPI_Comm_free(&lc);
-      BC_CHECK(st);
-      if (rank == 0) {
+      if (st != BC_OK) {
+        BC_WARN(Topo, "rack discovery failed after %.0f ms, so no rack level is measured (the communicator goes "
+                "on without one): %s", measure_ms, last_error());
+        clear_error();
+      }
+      if (rank == 0 && st != BC_OK) {
+        msg[0] = 3;
+        msg[1] = 0;
+      } else if (rank == 0) {
         BC_INFO(Topo, "discovery over %d nodes in %.0f ms (measuring %.0f): %s: %s; rates %s", n,
                 (now_s() - t0) * 1e3, measure_ms, c.found ? "rack level found" : "no rack level", c.why.c_str(),
                 ev.c_str());
@@ -314,15 +357,16 @@ Status discover_racks(MPI_Comm comm, const ParamSet &params, const std::vector<i
       }
     }
     BC_CHECK(bcast_sleepy(&msg, comm));
-    // After the broadcast: the others need not wait for the disk.
+    // After the broadcast: the others need not wait for the disk. A failed
+    // discovery is not cached: the next communicator looks again.
     std::string why;
-    if (rank == 0 && !cache_write(dir, kKind, key, body, &why))
+    if (rank == 0 && msg[0] == 2 && !cache_write(dir, kKind, key, body, &why))
       BC_INFO(Topo, "discovered racks not cached: %s", why.c_str());
   }
   rack_of_node->clear();
   if (msg[1] == 1) rack_of_node->assign(msg.begin() + 2, msg.end());
   if (flat) *flat = msg[1] == 2;
-  *how = msg[0] == 1 ? "cached in " + cache_path(dir, kKind, key) : "measured";
+  *how = msg[0] == 1 ? "cached in " + cache_path(dir, kKind, key) : msg[0] == 3 ? "failed" : "measured";
   if (rank == 0 && msg[0] == 1)
     BC_INFO(Topo, "discovery over %d nodes: %s (%s)", n,
             msg[1] == 1 ? "rack level" : msg[1] == 2 ? "no rack level (every flow fast)" : "no rack level",

@@ -49,9 +49,17 @@ bool discover_cache_read(const std::string &dir, const std::string &key, int n, 
 // rack level was found; *how says where it came from ("measured",
 // "cached in PATH"); *flat (optional) is true when no level was found because
 // two passes agreed that every flow is fast, false when the data were
-// inconclusive (or a level was found). Fails only where MPI fails.
+// inconclusive (or a level was found). A failure while measuring (a leader's
+// MPI call) is a warning, not an error: every rank returns with no rack level
+// and *how "failed", nothing is cached, and no rank is left waiting. Fails
+// only where MPI fails outside the measurement.
 Status discover_racks(MPI_Comm comm, const ParamSet &params, const std::vector<int64_t> &node_of,
                       const std::vector<uint64_t> &host_hash, std::vector<int> *rack_of_node, std::string *how,
                       bool *flat = nullptr);
+
+// Tests only (tests/mpi/test_discover.cc): the leader with index `leader`
+// among the node leaders takes its pass number `pass` (from 1) as failed,
+// after the pass's gather; (-1, 0) turns it off.
+void discover_fail_pass_for_testing(int leader, int pass);
 
 }  // namespace bc
