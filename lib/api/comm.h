@@ -69,7 +69,7 @@ struct bc_comm {
   // The per-user cache file the model was loaded from; "" when calibrated,
   // given by BC_MODEL_FILE or taken from this process (plan_learn.cc checks it).
   std::string model_cache_file;
-  bc::CostModel model;  // empty: BC_MODEL off, or one node (lib/api/calibrate.cc)
+  bc::CostModel model;  // empty: BC_MODEL off, or one node (lib/api/model_setup.cc)
   // The choice per buffer size (comm_choose; every rank computes the same),
   // kept: a PlanChoice copied per call allocates its stage algorithms.
   mutable std::map<int64_t, bc::PlanChoice> choices;
@@ -195,11 +195,14 @@ const PlanChoice &comm_choose(const bc_comm *comm, int64_t bytes);
 TransportSetup transport_setup(const bc_comm *comm);
 // The hierarchy a plan shape runs on.
 const Hierarchy &hierarchy_for(const bc_comm *comm, Hierarchy::Shape shape);
-// Calibrates or loads the communicator's cost model (BC_MODEL, BC_MODEL_FILE).
-// Collective over comm->mpi, after the transports are up.
+// Calibrates or loads the communicator's cost model (BC_MODEL, BC_MODEL_FILE;
+// lib/api/model_setup.cc). Collective over comm->mpi, after the transports are up.
 Status model_setup(bc_comm *comm);
+// Measures the cost model's fits on this communicator (lib/api/model_setup.cc):
+// what model_setup runs when no file or cache has the model. Collective.
+Status calibrate(bc_comm *comm, CostModel *out);
 // The per-user cache's key of this communicator: layout, transports, hosts in
-// rank order, calibration version (lib/api/calibrate.cc). Collective.
+// rank order, calibration version (lib/api/model_setup.cc). Collective.
 Status comm_cache_key(bc_comm *comm, std::string *key);
 // Whether model_setup has nothing to measure or load (BC_MODEL off, one level,
 // or auto on one node): then it is local and cannot fail. The same on every rank.
