@@ -26,7 +26,7 @@ void drain_loop(UcxWorker *w) {
     lk.unlock();
     {
       std::unique_lock<std::recursive_mutex> wl(w->mutex, std::try_to_lock);
-      if (wl.owns_lock() && w->worker) ucx_progress_burst(w->worker);
+      if (wl.owns_lock() && w->worker) ucx_progress_burst(w);
     }
     lk.lock();
   }

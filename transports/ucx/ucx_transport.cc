@@ -57,13 +57,18 @@ ucp_tag_t UcxTransport::make_tag(uint32_t tag, int source) const {
 // bounded so that one call never spins for long.
 constexpr int kProgressBurst = 16;
 
-bool ucx_progress_burst(ucp_worker_h worker) {
+bool ucx_progress_burst(UcxWorker *w) {
   bool any = false;
-  for (int i = 0; i < kProgressBurst && ucp_worker_progress(worker) != 0; ++i) any = true;
+  for (int i = 0; i < kProgressBurst && ucp_worker_progress(w->worker) != 0; ++i) any = true;
+  // Measured without this wake-up (layout c, torch all-reduce alone, 1-8 MiB):
+  // the drainer's progress every 2 ms took the event a sleeper waited for, and
+  // the sleeper woke only at its rest cap; 1.14-1.49x Gloo against 1.74-1.85x
+  // with yields.
+  if (any && w->sleepers.load(std::memory_order_acquire) > 0) ucp_worker_signal(w->worker);
   return any;
 }
 
-bool UcxTransport::progress() { return ucx_progress_burst(worker_); }
+bool UcxTransport::progress() { return ucx_progress_burst(w_); }
 
 bool UcxTransport::wait_request(void *ucx_req, int ms) {
   return WaitPolicy::poll_for(ms, [&] { return ucp_request_check_status(ucx_req) != UCS_INPROGRESS; },
@@ -221,20 +226,29 @@ Status UcxTransport::idle_wait(int timeout_ms) {
   if (efd_ < 0) return BC_OK;
   {
     // ucp_worker_arm succeeds only once nothing is left to progress. The poll
-    // below runs without the lock, so that other communicators' threads go on.
+    // below runs without the lock, so that other communicators' threads and
+    // the drainer go on; counted as a sleeper from before the arm, any
+    // progress they make from then on wakes this thread (ucx_progress_burst),
+    // since the event it would wait for may be what they consumed.
     std::lock_guard<std::recursive_mutex> lock(w_->mutex);
     if (progress()) return BC_OK;
+    w_->sleepers.fetch_add(1, std::memory_order_acq_rel);
     ucs_status_t s = ucp_worker_arm(worker_);
-    if (s == UCS_ERR_BUSY) return BC_OK;  // events arrived meanwhile: progress them
-    if (s != UCS_OK) return BC_FAIL(BC_ERR_TRANSPORT, "ucx: ucp_worker_arm failed: %s", ucs_status_string(s));
+    if (s != UCS_OK) {
+      w_->sleepers.fetch_sub(1, std::memory_order_acq_rel);
+      if (s == UCS_ERR_BUSY) return BC_OK;  // events arrived meanwhile: progress them
+      return BC_FAIL(BC_ERR_TRANSPORT, "ucx: ucp_worker_arm failed: %s", ucs_status_string(s));
+    }
   }
   struct pollfd pfd;
   pfd.fd = efd_;
   pfd.events = POLLIN;
   pfd.revents = 0;
   int rc = poll(&pfd, 1, timeout_ms < 0 ? -1 : timeout_ms);
-  if (rc < 0 && errno != EINTR)
-    return BC_FAIL(BC_ERR_TRANSPORT, "ucx: poll on the worker's event fd failed: %s", std::strerror(errno));
+  const int poll_errno = errno;
+  w_->sleepers.fetch_sub(1, std::memory_order_acq_rel);
+  if (rc < 0 && poll_errno != EINTR)
+    return BC_FAIL(BC_ERR_TRANSPORT, "ucx: poll on the worker's event fd failed: %s", std::strerror(poll_errno));
   return BC_OK;
 }
 

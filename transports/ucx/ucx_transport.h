@@ -148,6 +148,11 @@ struct UcxWorker {
   ucp_context_h context = nullptr;
   ucp_worker_h worker = nullptr;
   int efd = -1;
+  // Threads asleep on efd in idle_wait now. Progress made by another thread
+  // (the drainer, another communicator's) may consume the event such a thread
+  // waits for; that thread then wakes it (ucx_progress_burst). Atomic: read
+  // and changed outside `mutex`.
+  std::atomic<int> sleepers{0};
   std::vector<unsigned char> full, net;  // this process's addresses
   // Whether an endpoint with peer-failure handling reaches [0] a same-node and
   // [1] an off-node peer (-1: not probed yet). A property of the worker and
@@ -221,9 +226,11 @@ class UcxIdAgreement {
 // all: the bounded teardown wait of the transport and of the liveness watch
 // (ucx_watch.cc).
 void ucx_finish_requests(ucp_worker_h worker, std::vector<void *> *reqs, int ms);
-// Progresses `worker` until it reports nothing, at most 16 times; whether
-// anything moved. Under the worker's mutex: test() and the drainer.
-bool ucx_progress_burst(ucp_worker_h worker);
+// Progresses w's worker until it reports nothing, at most 16 times; whether
+// anything moved. When something moved while a thread sleeps on the event fd,
+// wakes it: what moved may be what it waits for, and its event is gone. Under
+// the worker's mutex: test() and the drainer.
+bool ucx_progress_burst(UcxWorker *w);
 
 class UcxTransport final : public Transport {
  public:
