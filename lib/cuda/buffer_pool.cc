@@ -1,12 +1,20 @@
 // BufferPool: the bookkeeping is plain C++; only cuda_malloc/cuda_free touch CUDA.
-#include <cstdlib>
+#include <sys/mman.h>
 
+#include <cerrno>
+#include <cstring>
+
+#include "core/log.h"
 #include "cuda/cuda_rt.h"
 
 namespace bc {
-namespace {
-constexpr size_t kHostAlign = 4096;  // whole pages: no false sharing with the caller's data
-}
+// Host buffers are mapped pages of their own (mmap), not malloc's: whole pages,
+// so no false sharing with the caller's data, and given back to the system
+// when a communicator is destroyed. From malloc, a program that creates and
+// frees communicators while it reduces grew by 512 KiB steps (the pool's
+// largest class, reused from a fragmented heap once glibc's mmap threshold
+// had risen past it): +4-6 MiB of VmRSS over 10,000 calls of the preload's
+// soak, one node, 20 communicators freed (tests/pmpi/pmpi_soak.c).
 
 BufferPool::~BufferPool() { clear(); }
 
@@ -21,11 +29,15 @@ Status BufferPool::acquire(size_t bytes, void **out) {
     void *p = nullptr;
     if (mem_ == BC_MEM_CUDA) {
       BC_CHECK(cuda_malloc(&p, want));
-    } else if (posix_memalign(&p, kHostAlign, want) != 0) {
-      return BC_FAIL(BC_ERR_NO_MEMORY, "cannot allocate %zu bytes of host scratch", want);
+    } else {
+      p = mmap(nullptr, want, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (p == MAP_FAILED)
+        return BC_FAIL(BC_ERR_NO_MEMORY, "cannot map %zu bytes of host scratch: %s", want, std::strerror(errno));
     }
     bufs_.push_back(Buf{p, want, false});
     best = &bufs_.back();
+    BC_DEBUGLOG(Sched, "buffer pool (%s): a new %zu-byte buffer, %zu buffers holding %zu bytes",
+                mem_ == BC_MEM_CUDA ? "device" : "host", want, bufs_.size(), held_bytes());
   }
   best->used = true;
   *out = best->p;
@@ -40,7 +52,7 @@ void BufferPool::release(void *p) {
 void BufferPool::clear() {
   for (Buf &b : bufs_) {
     if (mem_ == BC_MEM_CUDA) cuda_free(b.p);
-    else std::free(b.p);
+    else munmap(b.p, b.bytes);
   }
   bufs_.clear();
 }
