@@ -26,7 +26,9 @@
  * otherwise. The report is printed by rank 0.
  *
  * Usage: pmpi_soak [--calls N] [--max-bytes B] [--seed S] [--comm-every K]
- *                  [--rss-slack-kib K]
+ *                  [--rss-slack-kib K] [--trace-every K]
+ * --trace-every K: each rank prints its VmRSS to stderr every K calls (to see
+ * when memory grows).
  */
 #include <dirent.h>
 #include <math.h>
@@ -152,7 +154,7 @@ static MPI_Comm make_extra(int g) {
 }
 
 int main(int argc, char **argv) {
-  long calls = 20000, comm_every = 500, rss_slack_kib = 1024;
+  long calls = 20000, comm_every = 500, rss_slack_kib = 1024, trace_every = 0;
   double max_bytes = 16.0 * 1024 * 1024;
   uint64_t seed = 42;
   for (int a = 1; a + 1 < argc; a += 2) {
@@ -161,6 +163,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[a], "--seed")) seed = strtoull(argv[a + 1], NULL, 10);
     else if (!strcmp(argv[a], "--comm-every")) comm_every = atol(argv[a + 1]);
     else if (!strcmp(argv[a], "--rss-slack-kib")) rss_slack_kib = atol(argv[a + 1]);
+    else if (!strcmp(argv[a], "--trace-every")) trace_every = atol(argv[a + 1]);
     else {
       fprintf(stderr, "pmpi_soak: unknown argument %s\n", argv[a]);
       return 2;
@@ -277,6 +280,8 @@ int main(int argc, char **argv) {
                  in_place ? ", in place" : "", how == 0 ? "" : how == 1 ? ", MPI_Iallreduce+MPI_Wait" : ", MPI_Iallreduce+MPI_Test",
                  rc, bad, (long long)first_bad);
     }
+    if (trace_every > 0 && (call + 1) % trace_every == 0)
+      fprintf(stderr, "pmpi_soak: rank %d after call %ld: VmRSS %ld KiB\n", world_rank, call + 1, rss_kib());
     if (call + 1 == first_mark) sample(first_thousand);
     if (call + 1 == stretch_mark) sample(stretch_start);
   }
