@@ -57,7 +57,8 @@ if [ "$rc" != 0 ] && [[ " $* " == *" BC_TRANSPORT=mpi "* ]]; then
   silent=() explained=1
   for r in 0 2 3; do  # the survivors (kill_check.sh kills rank 1)
     grep -q "^LIVENESS rank $r .* named 1 " "$dir/check.out" && continue
-    grep -q "^LIVENESS rank $r " "$dir/check.out" && explained=0  # reported, but not the death: a real failure
+    # Reported, but not the death: a real failure.
+    grep -q "^LIVENESS rank $r " "$dir/check.out" && { explained=0; continue; }
     silent+=("$r")
     grep -qE "\[\[[0-9]+,[0-9]+\],$r\]\[[^]]*mca_btl_tcp_frag_send\] mca_btl_tcp_frag_send: writev failed" \
       "$dir/check.out" || explained=0

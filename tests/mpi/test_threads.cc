@@ -12,9 +12,9 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
-#include <cstring>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "harness.h"
@@ -116,15 +116,14 @@ TEST_CASE("threads: each thread all-reduces on communicators of its own, all at 
   // Over UCX also with waits that sleep on the shared worker's event fd: a
   // thread's progress there may take the event another thread sleeps on, and
   // must wake it (UcxWorker::sleepers).
-  std::vector<std::string> setups;
+  std::vector<std::pair<std::string, std::string>> setups;  // (transport, options)
   for (const std::string &t : transports_to_try())
     for (const char *progress : {"0", "1"}) {
-      setups.push_back("BC_TRANSPORT=" + t + ";BC_TIMEOUT=60s;BC_PROGRESS_THREAD=" + progress);
-      if (t == "ucx") setups.push_back(setups.back() + ";BC_UCX_WAIT=event");
+      const std::string options = "BC_TRANSPORT=" + t + ";BC_TIMEOUT=60s;BC_PROGRESS_THREAD=" + progress;
+      setups.emplace_back(t, options);
+      if (t == "ucx") setups.emplace_back(t, options + ";BC_UCX_WAIT=event");
     }
-  for (const std::string &options : setups) {
-    const std::string t =
-        options.substr(std::strlen("BC_TRANSPORT="), options.find(';') - std::strlen("BC_TRANSPORT="));
+  for (const auto &[t, options] : setups) {
     INFO("options " << options);
     MPI_Comm parents[kThreads];
     bc_comm_t comms[kThreads] = {nullptr, nullptr, nullptr};

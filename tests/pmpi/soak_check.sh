@@ -1,25 +1,23 @@
 #!/usr/bin/env bash
 # The preload's soak (pmpi_soak.c) in one job: NP ranks under the interposer,
 # the program's own checks (exact results, guard bytes, RSS, descriptors and
-# its shared-memory segments flat), then two of ours: BlueConnect served most
+# shared-memory mappings flat), then two of ours: BlueConnect served most
 # of the calls (BC_PMPI_STATS: the soak must exercise the library, not MPI)
 # and no bc-shm-* segment is left in /dev/shm after the job. The route is
 # BC_PMPI_ROUTE=bc (SOAK_ROUTE=learn for the default's mix): every call the
 # library can take goes to it; the program's int16 calls go to MPI (not a
 # type BlueConnect reduces), so both routes interleave.
-# Usage: soak_check.sh NP [pmpi_soak arguments...]; extra mpirun arguments
-# in SOAK_MPIRUN (e.g. a hostfile), the launcher in MPIRUN (scripts/soak
-# passes scripts/simcluster run). Environment (tests/pmpi/meson.build):
+# Usage: soak_check.sh NP [pmpi_soak arguments...]; the launcher is MPIRUN
+# (scripts/soak passes scripts/simcluster, with MPIRUN_ARGS starting "run"),
+# SOAK_NAME names the work directory. Environment (tests/pmpi/meson.build):
 # MPIRUN, MPIRUN_ARGS, PRELOAD, EXE (pmpi_soak), WORKDIR. Exit 0 on pass, 1
 # on failure.
 set -u
 . "$(dirname "$0")/../check_common.sh" "pmpi_soak${SOAK_NAME:+_$SOAK_NAME}"
 np=$1
 shift
-read -r -a extra <<< "${SOAK_MPIRUN:-}"
 before=$(ls /dev/shm | grep '^bc-shm-' | sort)
-# shellcheck disable=SC2086
-$MPIRUN "${ARGS[@]}" "${extra[@]}" -x "LD_PRELOAD=$PRELOAD" -x "BC_PMPI_STATS=$W/stats.%r" -x BC_TIMEOUT=120s \
+"$MPIRUN" "${ARGS[@]}" -x "LD_PRELOAD=$PRELOAD" -x "BC_PMPI_STATS=$W/stats.%r" -x BC_TIMEOUT=120s \
   -x "BC_PMPI_ROUTE=${SOAK_ROUTE:-bc}" \
   -np "$np" "$EXE" "$@" > "$W/out" 2>&1
 rc=$?
