@@ -52,6 +52,10 @@ struct bc_comm {
   // quiesce_transports), so that barrier never pairs with a collective some
   // rank abandoned on `mpi`. Only when a transport needs the quiesce (UCX).
   MPI_Comm mpi_close = MPI_COMM_NULL;
+  // Creation duplicates mpi_close in the background (MPI_Comm_idup) while it
+  // sets up the rest; the request and the duplicate until it completes.
+  MPI_Request mpi_close_dup = MPI_REQUEST_NULL;
+  MPI_Comm mpi_close_pending = MPI_COMM_NULL;
   int rank = 0;
   int size = 0;
   bc::ParamSet params;
@@ -69,6 +73,7 @@ struct bc_comm {
   // The per-user cache file the model was loaded from; "" when calibrated,
   // given by BC_MODEL_FILE or taken from this process (plan_learn.cc checks it).
   std::string model_cache_file;
+  std::string cache_key;  // comm_cache_key's answer, once asked (it is collective)
   bc::CostModel model;  // empty: BC_MODEL off, or one node (lib/api/model_setup.cc)
   // The choice per buffer size (comm_choose; every rank computes the same),
   // kept: a PlanChoice copied per call allocates its stage algorithms.
@@ -202,11 +207,14 @@ Status model_setup(bc_comm *comm);
 // what model_setup runs when no file or cache has the model. Collective.
 Status calibrate(bc_comm *comm, CostModel *out);
 // The per-user cache's key of this communicator: layout, transports, hosts in
-// rank order, calibration version (lib/api/model_setup.cc). Collective.
+// rank order, calibration version (lib/api/model_setup.cc). Collective the
+// first time; later calls on the communicator answer from comm->cache_key.
 Status comm_cache_key(bc_comm *comm, std::string *key);
 // Whether model_setup has nothing to measure or load (BC_MODEL off, one level,
 // or auto on one node): then it is local and cannot fail. The same on every rank.
 bool model_is_local(const bc_comm *comm);
+// Whether the communicator's ranks are on more than one node (the same on every rank).
+bool spans_nodes(const bc_comm *comm);
 // The communicator's pool of scratch and work buffers of memory type `mem`.
 BufferPool &buffer_pool(bc_comm *comm, bc_memtype_t mem);
 // The execution context of a collective on `comm` (transports, timeouts, waiting).

@@ -149,11 +149,51 @@ void spin_count_setup(bc_comm *c) {
                                                    : ": a waiter spins, then yields");
 }
 
+// Where a creation's time goes, phase by phase, for the INIT log line: each
+// phase may wait for the slowest rank, so the phases say which step to make
+// cheaper (a later communicator's budget is a few milliseconds).
+class PhaseTimes {
+ public:
+  explicit PhaseTimes(double dup_ms) : last_(std::chrono::steady_clock::now()) {
+    add("private MPI_Comm_dup", dup_ms);
+  }
+  void mark(const char *phase) {
+    const auto now = std::chrono::steady_clock::now();
+    add(phase, std::chrono::duration<double, std::milli>(now - last_).count());
+    last_ = now;
+  }
+  double total_ms() const { return total_ms_; }
+  const std::string &text() const { return text_; }
+
+ private:
+  void add(const char *phase, double ms) {
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "%s%s %.1f", text_.empty() ? "" : ", ", phase, ms);
+    text_ += buf;
+    total_ms_ += ms;
+  }
+  std::chrono::steady_clock::time_point last_;
+  double total_ms_ = 0;
+  std::string text_;
+};
+
+// Completes the background duplicate of mpi_close, if one was started; keeps
+// it when a transport needs the quiesce. Safe on a failed creation too: every
+// rank posted it at the same point, so it completes.
+Status finish_close_dup(bc_comm *c, bool keep) {
+  if (c->mpi_close_dup == MPI_REQUEST_NULL) return BC_OK;
+  BC_MPI_CHECK(MPI_Wait(&c->mpi_close_dup, MPI_STATUS_IGNORE));
+  if (keep) c->mpi_close = c->mpi_close_pending;
+  else BC_MPI_CHECK(MPI_Comm_free(&c->mpi_close_pending));
+  c->mpi_close_pending = MPI_COMM_NULL;
+  return BC_OK;
+}
+
 // dup_ms: how long the private duplicate took (for the INIT log line).
 Status comm_setup(bc_comm *c, double dup_ms) {
-  const auto t0 = std::chrono::steady_clock::now();
+  PhaseTimes phases(dup_ms);
   BC_CHECK(topo_detect(c->mpi, c->params, &c->topo));
-  const double topo_ms = ms_since(t0);
+  phases.mark("topology");
   spin_count_setup(c);
   if (c->rank == 0) BC_INFO(Sched, "waiting: %lld idle poll(s) per yield (%s)", static_cast<long long>(c->spin_count),
                             c->spin_why.c_str());
@@ -162,33 +202,45 @@ Status comm_setup(bc_comm *c, double dup_ms) {
   c->hier_flat = Hierarchy::build(c->topo, Hierarchy::Shape::Flat);
   BC_CHECK(algo_parse(c->params.get_str(ParamId::Algo), &c->algo));
   BC_CHECK(plan_rules_parse(c->params.get_str(ParamId::Plan), &c->plan_rules));
-  const auto t1 = std::chrono::steady_clock::now();
+  phases.mark("hierarchies");
+  // Across nodes UCX carries a stage and destroy needs mpi_close. A blocking
+  // MPI_Comm_dup there took 4-5 ms at np 8 on the simulated hosts, a sixth of
+  // a later communicator's creation; started now, it completes while the
+  // collectives below run. Every rank sees the same node_of, so every rank
+  // posts it, or none.
+  if (spans_nodes(c)) BC_MPI_CHECK(MPI_Comm_idup(c->mpi, &c->mpi_close_pending, &c->mpi_close_dup));
   BC_CHECK(agree_status(c->mpi, select_transports(c), "transport selection"));
   bool quiesce = false;
   for (auto &t : c->transports) quiesce = quiesce || t->needs_quiesce();  // the same on every rank
-  if (quiesce) BC_MPI_CHECK(MPI_Comm_dup(c->mpi, &c->mpi_close));
-  const double transports_ms = ms_since(t1);
+  // (UCX on one node, BC_TRANSPORT=ucx: no duplicate was started.)
+  if (quiesce && c->mpi_close_dup == MPI_REQUEST_NULL) BC_MPI_CHECK(MPI_Comm_dup(c->mpi, &c->mpi_close));
+  std::string names;
+  for (auto &t : c->transports) names += std::string(names.empty() ? "" : ",") + t->name();
+  phases.mark(("transports (" + names + ")").c_str());
   // Its status is the same on every rank already (it fails only where MPI does).
   BC_CHECK(Liveness::create(transport_setup(c), &c->liveness));
+  phases.mark("liveness");
   if (c->rank == 0 && log_enabled(LogLevel::Info, LogSys::Plan))
     BC_INFO(Plan, "%s", c->hier.describe(c->size * 1024, 4).c_str());
-  const auto t2 = std::chrono::steady_clock::now();
   // On one node the model is off and model_setup is local: no agreement needed.
   if (model_is_local(c)) BC_CHECK(model_setup(c));
   else BC_CHECK(agree_status(c->mpi, model_setup(c), "cost model"));
+  phases.mark("cost model");
   // Collective where it may learn (the cache's key and text): the same on every rank.
-  if (!c->model.empty() || !c->params.get_str(ParamId::PlanCandidates).empty())
+  if (!c->model.empty() || !c->params.get_str(ParamId::PlanCandidates).empty()) {
     BC_CHECK(agree_status(c->mpi, plan_learning_setup(c), "plan learning"));
-  const double model_ms = ms_since(t2);
-  if (c->params.get_int(ParamId::ProgressThread)) BC_CHECK(agree_status(c->mpi, progress_setup(c), "BC_PROGRESS_THREAD"));
-  BC_CHECK(comm_timeline_setup(c));
-  if (c->rank == 0 && log_enabled(LogLevel::Info, LogSys::Init)) {
-    std::string names;
-    for (auto &t : c->transports) names += std::string(names.empty() ? "" : ",") + t->name();
-    BC_INFO(Init, "communicator of %d ranks created in %.1f ms (rank 0): private MPI_Comm_dup %.1f, topology %.1f, "
-            "transports %.1f (%s), cost model %.1f", c->size, dup_ms + ms_since(t0), dup_ms, topo_ms, transports_ms,
-            names.c_str(), model_ms);
+    phases.mark("plan learning");
   }
+  if (c->params.get_int(ParamId::ProgressThread)) {
+    BC_CHECK(agree_status(c->mpi, progress_setup(c), "BC_PROGRESS_THREAD"));
+    phases.mark("progress thread");
+  }
+  BC_CHECK(finish_close_dup(c, quiesce));
+  phases.mark("closing communicator");
+  BC_CHECK(comm_timeline_setup(c));
+  if (c->rank == 0 && log_enabled(LogLevel::Info, LogSys::Init))
+    BC_INFO(Init, "communicator of %d ranks created in %.1f ms (rank 0): %s", c->size, phases.total_ms(),
+            phases.text().c_str());
   return BC_OK;
 }
 
@@ -227,6 +279,7 @@ Status comm_create(MPI_Comm comm, const char *options, bc_comm **out) {
     trail(st, __FILE__, __LINE__);
     c->progress.reset();
     c->transports.clear();
+    finish_close_dup(c.get(), false);
     if (c->mpi_close != MPI_COMM_NULL) BC_MPI_WARN(MPI_Comm_free(&c->mpi_close));
     BC_MPI_WARN(MPI_Comm_free(&c->mpi));
     return st;

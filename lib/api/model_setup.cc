@@ -28,13 +28,6 @@
 namespace bc {
 namespace {
 
-// Whether the communicator's ranks are on more than one node.
-bool spans_nodes(const bc_comm *c) {
-  for (int64_t n : c->topo.node_of)
-    if (n != c->topo.node_of[0]) return true;
-  return false;
-}
-
 // Rank 0's *text on every rank. Collective.
 Status bcast_text(bc_comm *c, std::string *text) {
   long long len = static_cast<long long>(text->size());
@@ -173,7 +166,18 @@ void write_file(const std::string &path, const std::string &text) {
 
 }  // namespace
 
-Status comm_cache_key(bc_comm *c, std::string *key) { return model_cache_key(c, model_signature(c->hier), key); }
+bool spans_nodes(const bc_comm *c) {
+  for (int64_t n : c->topo.node_of)
+    if (n != c->topo.node_of[0]) return true;
+  return false;
+}
+
+Status comm_cache_key(bc_comm *c, std::string *key) {
+  // The same on every rank: either all have asked before or none has.
+  if (c->cache_key.empty()) BC_CHECK(model_cache_key(c, model_signature(c->hier), &c->cache_key));
+  *key = c->cache_key;
+  return BC_OK;
+}
 
 bool model_is_local(const bc_comm *c) {
   const std::string &mode = c->params.get_str(ParamId::Model);
@@ -205,7 +209,7 @@ Status model_setup(bc_comm *c) {
       BC_INFO(Plan, "BC_MODEL_FILE=%s was written for another layout; calibrating %s", path.c_str(), signature.c_str());
   }
   std::string key;
-  BC_CHECK(model_cache_key(c, signature, &key));
+  BC_CHECK(comm_cache_key(c, &key));
   bool cached = false;
   BC_CHECK(model_from_cache(c, key, signature, &cached));
   if (!cached) BC_CHECK(model_from_file_cache(c, key, signature, &cached));
