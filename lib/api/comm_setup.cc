@@ -231,12 +231,14 @@ Status comm_setup(bc_comm *c, double dup_ms) {
     BC_CHECK(agree_status(c->mpi, plan_learning_setup(c), "plan learning"));
     phases.mark("plan learning");
   }
+  // Before the progress thread starts: from then on this thread is not the
+  // only one that may call MPI.
+  BC_CHECK(finish_close_dup(c, quiesce));
+  phases.mark("closing communicator");
   if (c->params.get_int(ParamId::ProgressThread)) {
     BC_CHECK(agree_status(c->mpi, progress_setup(c), "BC_PROGRESS_THREAD"));
     phases.mark("progress thread");
   }
-  BC_CHECK(finish_close_dup(c, quiesce));
-  phases.mark("closing communicator");
   BC_CHECK(comm_timeline_setup(c));
   if (c->rank == 0 && log_enabled(LogLevel::Info, LogSys::Init))
     BC_INFO(Init, "communicator of %d ranks created in %.1f ms (rank 0): %s", c->size, phases.total_ms(),
