@@ -61,6 +61,17 @@ class Transport {
   // The liveness checks (sched/liveness.h) found `peer` dead: cancel() need
   // not give its requests time to finish, since nobody will ever answer them.
   virtual void peer_died(int peer) { (void)peer; }
+  // After a failure broke the communicator, makes `peer` (alive: the
+  // liveness checks say so) usable again for the few small messages of the
+  // survivors' agreement (bc_comm_shrink, lib/sched/dead_agreement.h), whose
+  // tags no operation uses. Called again if the peer fails once more (its
+  // side of a closed connection may report the close later). Not supported
+  // by default: the mpi transport sends through Open MPI, which without ULFM
+  // may abort a process whose send to a dead peer fails.
+  virtual Status reopen(int peer) {
+    return BC_FAIL(BC_ERR_NOT_SUPPORTED, "the %s transport (rank %d's) cannot carry the survivors' agreement after a "
+                   "failure", name(), peer);
+  }
   // Idle waiting: a transport that can sleep until its network has something
   // for it says so here; idle_wait(ms) then sleeps at most ms (returns at once
   // when there is work). The waiting policy (core/wait_policy.h) calls it

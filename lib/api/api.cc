@@ -59,6 +59,10 @@ bc_status_t bc_comm_destroy(bc_comm_t *comm) {
   });
 }
 
+bc_status_t bc_comm_shrink(bc_comm_t comm, bc_comm_t *newcomm) {
+  return guarded("bc_comm_shrink", [&] { return bc::comm_shrink(comm, newcomm); });
+}
+
 bc_status_t bc_comm_rank(bc_comm_t comm, int *rank) {
   return guarded("bc_comm_rank", [&]() -> bc_status_t {
     BC_CHECK(bc::comm_check(comm));

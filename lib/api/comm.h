@@ -75,6 +75,11 @@ struct bc_comm {
   std::string model_cache_file;
   std::string cache_key;  // comm_cache_key's answer, once asked (it is collective)
   bc::CostModel model;  // empty: BC_MODEL off, or one node (lib/api/model_setup.cc)
+  // A shrunk communicator's parent's model, which model_setup takes instead of
+  // loading or calibrating one; cleared once the creation is over.
+  bc::CostModel inherited_model;
+  // bc_comm_shrink ran on it: once per communicator (comm_shrink.cc says why).
+  bool shrunk = false;
   // The choice per buffer size (comm_choose; every rank computes the same),
   // kept: a PlanChoice copied per call allocates its stage algorithms.
   mutable std::map<int64_t, bc::PlanChoice> choices;
@@ -185,6 +190,15 @@ void comm_live_add(const bc_comm *comm);
 void comm_live_remove(const bc_comm *comm);
 
 Status comm_create(MPI_Comm comm, const char *options, bc_comm **out);
+// The creation proper, on `owned`: a private MPI communicator the new one
+// takes over and frees (comm_create's duplicate, or bc_comm_shrink's
+// communicator of the survivors), with `params` as given. dup_ms: what making
+// `owned` took, for the INIT log line. `inherit`: a cost model to take instead
+// of loading or calibrating one (bc_comm_shrink), or null.
+Status comm_create_owned(MPI_Comm owned, const ParamSet &params, double dup_ms, const CostModel *inherit,
+                         bc_comm **out);
+// bc_comm_shrink (lib/api/comm_shrink.cc).
+Status comm_shrink(bc_comm *comm, bc_comm **out);
 Status comm_destroy(bc_comm *comm);
 // BC_ERR_INVALID_COMM unless `comm` is a live communicator.
 Status comm_check(const bc_comm *comm);

@@ -266,17 +266,26 @@ Status comm_create(MPI_Comm comm, const char *options, bc_comm **out) {
   int inter = 0;
   BC_MPI_CHECK(MPI_Comm_test_inter(comm, &inter));
   if (inter) return BC_FAIL(BC_ERR_NOT_SUPPORTED, "intercommunicators are not supported");
-
-  std::unique_ptr<bc_comm> c(new bc_comm);
-  c->params = global_params();
+  ParamSet params = global_params();
   // Bad options fail on every rank alike (every rank must pass the same string).
-  BC_CHECK(c->params.apply_overrides(options));
-  c->check_args = c->params.get_int(ParamId::CheckArgs) != 0;
+  BC_CHECK(params.apply_overrides(options));
   const auto t0 = std::chrono::steady_clock::now();
-  BC_MPI_CHECK(MPI_Comm_dup(comm, &c->mpi));
-  const double dup_ms = ms_since(t0);
+  MPI_Comm dup = MPI_COMM_NULL;
+  BC_MPI_CHECK(MPI_Comm_dup(comm, &dup));
+  return comm_create_owned(dup, params, ms_since(t0), nullptr, out);
+}
+
+Status comm_create_owned(MPI_Comm owned, const ParamSet &params, double dup_ms, const CostModel *inherit,
+                         bc_comm **out) {
+  *out = nullptr;
+  std::unique_ptr<bc_comm> c(new bc_comm);
+  c->params = params;
+  c->check_args = c->params.get_int(ParamId::CheckArgs) != 0;
+  c->mpi = owned;
+  if (inherit) c->inherited_model = *inherit;
   Status st = private_comm_setup(c.get());
   if (st == BC_OK) st = comm_setup(c.get(), dup_ms);
+  c->inherited_model = CostModel();  // for the creation only
   if (st != BC_OK) {
     trail(st, __FILE__, __LINE__);
     c->progress.reset();

@@ -184,11 +184,36 @@ bool model_is_local(const bc_comm *c) {
   return mode == "off" || c->hier.stages.empty() || (mode == "auto" && !spans_nodes(c));
 }
 
+namespace {
+
+// bc_comm_shrink: the survivors' links are the ones the parent measured, so
+// its per-level fits serve the new communicator when they cover every level
+// of its hierarchy (a calibration would cost 0.6-2.9 s of the shrink's
+// budget). Its whole-plan fits were for the parent's layout: dropped. The same
+// on every rank: every survivor had the parent's model.
+bool inherited_model_fits(bc_comm *c) {
+  if (c->inherited_model.empty()) return false;
+  for (const StageGroups &sg : c->hier.stages) {
+    bool covered = false;
+    for (const auto &kv : c->inherited_model.fits) covered = covered || kv.first.first == sg.level;
+    if (!covered) return false;
+  }
+  c->model = c->inherited_model;
+  c->model.plan_fits.clear();
+  c->model.plan_fit_max = 0;
+  c->model.source = "inherited from the communicator it was shrunk from";
+  if (c->rank == 0) BC_INFO(Plan, "%s", model_describe(c->model).c_str());
+  return true;
+}
+
+}  // namespace
+
 Status model_setup(bc_comm *c) {
   c->model = CostModel();
   c->model_cache_file.clear();
   c->choices.clear();  // made with or without the model: none may outlive it
   if (model_is_local(c)) return BC_OK;
+  if (inherited_model_fits(c)) return BC_OK;
   const std::string mode = c->params.get_str(ParamId::Model);
   const std::string path = c->params.get_str(ParamId::ModelFile);
   const std::string signature = model_signature(c->hier);

@@ -135,6 +135,18 @@ BC_API bc_status_t bc_comm_create_with(MPI_Comm comm, const char *options, bc_co
  * once every rank has reached it, so that none stops serving a peer's last
  * flush; a late rank is waited for up to BC_TIMEOUT, a dead one is not. */
 BC_API bc_status_t bc_comm_destroy(bc_comm_t *comm);
+/* Shrink and go on: after a call returned BC_ERR_PEER_DEAD, every surviving
+ * rank calls this on the broken communicator. The survivors agree on who is
+ * dead without MPI (over the communicator's own shm and ucx connections, with
+ * the liveness checks), and *newcomm becomes a communicator of the survivors,
+ * in their old rank order, that works as any other. Collective over the
+ * survivors: one that does not come is waited for up to BC_TIMEOUT. On a
+ * communicator without a death it returns one of every rank. Afterwards
+ * `comm` only accepts bc_comm_destroy (which does not wait for the dead).
+ * Once per communicator; complete its non-blocking calls (bc_wait) first.
+ * BC_ERR_NOT_SUPPORTED where a peer is reached through the mpi transport or
+ * is not watched (BC_LIVENESS=off). docs/FAILURES.md, "Shrink and go on". */
+BC_API bc_status_t bc_comm_shrink(bc_comm_t comm, bc_comm_t *newcomm);
 BC_API bc_status_t bc_comm_rank(bc_comm_t comm, int *rank);
 BC_API bc_status_t bc_comm_size(bc_comm_t comm, int *size);
 

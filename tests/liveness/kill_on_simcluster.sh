@@ -7,16 +7,19 @@
 # machine cannot make namespaces. Uses its own namespace prefix and state, so
 # it never touches a cluster a person has up, nor the MPI suite's.
 # Usage: kill_on_simcluster.sh SIMCLUSTER KILL_CHECK LIVENESS_CHECK [VAR=VALUE ...]
+# BC_TEST_SIM_NODES, BC_TEST_SIM_SLOTS and BC_TEST_NP change the cluster and
+# the job (default 2 hosts x 2 slots, 4 ranks; 3 x 3 with 7 ranks places them
+# 3+3+1, unevenly). The mpi transport's skip rule below assumes the default.
 set -u
 sc=$1 kill_check=$2 prog=$3
 shift 3
 . "$(dirname "$0")/../simcluster/sim_common.sh"
 sim_names k kill
-sim_up killsim --nodes 2 --slots 2 --bw 1gbit --delay 50us
+sim_up killsim --nodes "${BC_TEST_SIM_NODES:-2}" --slots "${BC_TEST_SIM_SLOTS:-2}" --bw 1gbit --delay 50us
 # kill_check.sh takes an mpirun; this one starts the ranks on the hosts.
 printf '#!/usr/bin/env bash\nexec "%s" run "$@"\n' "$sc" > "$dir/mpirun"
 chmod +x "$dir/mpirun"
-BC_TEST_MPIRUN_LINGER_S=${BC_TEST_MPIRUN_LINGER_S:-5} "$kill_check" "$dir/mpirun" "$prog" 4 "$@" | tee "$dir/check.out"
+BC_TEST_MPIRUN_LINGER_S=${BC_TEST_MPIRUN_LINGER_S:-5} "$kill_check" "$dir/mpirun" "$prog" "${BC_TEST_NP:-4}" "$@" | tee "$dir/check.out"
 rc=${PIPESTATUS[0]}
 sim_down
 # A known UCX 1.13.1 defect, not BlueConnect's verdict: a survivor's progress

@@ -6,6 +6,7 @@
 //   liveness_check kill VICTIM DIR
 //   liveness_check early VICTIM DIR
 //   liveness_check early-nb VICTIM DIR
+//   liveness_check shrink VICTIM DIR
 //
 // Every rank creates a communicator (BC_TRANSPORT and the other BC_* come from
 // the environment) and runs one all-reduce that must succeed. Then all start a
@@ -31,11 +32,26 @@
 // this rank saw BC_ERR_PEER_DEAD naming the victim (and a second call on the
 // broken communicator failed at once with it; "named" covers both); the bounds on times are
 // checked by the driver, which knows the machine's slack.
+//
+// `shrink` (issue 43, item 4): as `kill`, then every survivor calls
+// bc_comm_shrink on the broken communicator and runs kShrinkCalls exact
+// all-reduces on the new one (small integers, so any order of the sums is
+// exact; counts 0, 1, primes and sizes up to 4 MiB, in place or not, output
+// poisoned, guard bytes after it), destroys it, and prints one more line
+// before its LIVENESS line:
+//
+//   SHRINK rank R newrank N newsize S status X shrink_ms M first_ms F calls C wrong W destroy_st D
+//
+// first_ms: from the victim's death to the end of the first exact all-reduce
+// on the new communicator (the issue's target: 2 s). A wrong result, a failed
+// call or a failed shrink makes the exit status 1.
 #include <mpi.h>
 #include <signal.h>
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -47,6 +63,8 @@
 #include "blueconnect.h"
 
 namespace {
+
+std::atomic<bool> g_finalize_returned{false};
 
 double now_ms() {
   timespec ts;
@@ -79,8 +97,76 @@ void write_file(const std::string &path, const std::string &text) {
 }
 
 int usage() {
-  std::fprintf(stderr, "usage: liveness_check kill|early|early-nb VICTIM DIR\n");
+  std::fprintf(stderr, "usage: liveness_check kill|early|early-nb|shrink VICTIM DIR\n");
   return 2;
+}
+
+double read_death(const std::string &dir) {
+  // The victim wrote its time just before dying; wait a little for the file if
+  // this rank was quicker than the rename (it cannot be, but do not trust it).
+  double t_death = 0;
+  for (int i = 0; i < 100 && t_death == 0; ++i) {
+    if (FILE *f = std::fopen((dir + "/death").c_str(), "r")) {
+      if (std::fscanf(f, "%lf", &t_death) != 1) t_death = 0;
+      std::fclose(f);
+    }
+    if (t_death == 0) usleep(10000);
+  }
+  return t_death;
+}
+
+// What the survivors do after the death in `shrink` mode: one SHRINK line.
+// Returns whether every step worked and every result was exact.
+bool shrink_and_go_on(bc_comm_t broken, int rank, double t_death) {
+  static constexpr int kShrinkCalls = 100;
+  static const int64_t kCounts[] = {0, 1, 2, 3, 7, 13, 31, 97, 1000, 4099, 65537, 262147, 1048583};
+  static constexpr int kGuard = 64;
+  static constexpr int32_t kPoison = -777;
+  double t0 = mono_ms();
+  bc_comm_t comm = nullptr;
+  const bc_status_t st = bc_comm_shrink(broken, &comm);
+  const double shrink_ms = mono_ms() - t0;
+  const std::string shrink_msg = st == BC_OK ? "" : bc_last_error();
+  int newrank = -1, newsize = 0, calls = 0, wrong = 0;
+  double first_ms = -1;
+  bc_status_t dst = BC_ERR_INVALID_COMM;
+  std::string call_msg;
+  if (st == BC_OK) {
+    bc_comm_rank(comm, &newrank);
+    bc_comm_size(comm, &newsize);
+    const int64_t nmax = kCounts[sizeof kCounts / sizeof kCounts[0] - 1];
+    std::vector<int32_t> in(static_cast<size_t>(nmax)), out(static_cast<size_t>(nmax + kGuard));
+    for (int call = 0; call < kShrinkCalls; ++call) {
+      const int64_t n = kCounts[call % (sizeof kCounts / sizeof kCounts[0])];
+      const bool in_place = call % 3 == 2;
+      // Rank r gives (r + 1) * (i % 11 + 1) - 5: the sum over the ranks is exact.
+      for (int64_t i = 0; i < n; ++i) in[i] = (newrank + 1) * static_cast<int32_t>(i % 11 + 1) - 5;
+      std::fill(out.begin(), out.end(), kPoison);
+      if (in_place) std::copy(in.begin(), in.begin() + n, out.begin());
+      const bc_status_t cst =
+          bc_allreduce(in_place ? BC_IN_PLACE : in.data(), out.data(), n, BC_INT32, BC_SUM, comm);
+      if (cst != BC_OK) {
+        call_msg = bc_last_error();
+        ++wrong;
+        break;
+      }
+      const int64_t ranks_sum = static_cast<int64_t>(newsize) * (newsize + 1) / 2;
+      bool exact = true;
+      for (int64_t i = 0; i < n && exact; ++i)
+        exact = out[i] == static_cast<int32_t>(ranks_sum * (i % 11 + 1) - 5 * newsize);
+      for (int g = 0; g < kGuard && exact; ++g) exact = out[static_cast<size_t>(n + g)] == kPoison;
+      if (!exact) ++wrong;
+      ++calls;
+      if (call == 0 && exact && t_death > 0) first_ms = now_ms() - t_death;
+    }
+    dst = bc_comm_destroy(&comm);
+  }
+  std::printf("SHRINK rank %d newrank %d newsize %d status %d shrink_ms %.1f first_ms %.1f calls %d wrong %d "
+              "destroy_st %d msg %s\n",
+              rank, newrank, newsize, static_cast<int>(st), shrink_ms, first_ms, calls, wrong, static_cast<int>(dst),
+              (shrink_msg + call_msg).c_str());
+  std::fflush(stdout);
+  return st == BC_OK && wrong == 0 && calls == kShrinkCalls && dst == BC_OK;
 }
 
 }  // namespace
@@ -88,8 +174,8 @@ int usage() {
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
   const std::string mode = argc == 4 ? argv[1] : "";
-  if (mode != "kill" && mode != "early" && mode != "early-nb") return usage();
-  const bool early = mode != "kill", nonblocking = mode == "early-nb";
+  if (mode != "kill" && mode != "early" && mode != "early-nb" && mode != "shrink") return usage();
+  const bool early = mode == "early" || mode == "early-nb", nonblocking = mode == "early-nb";
   const int victim = std::atoi(argv[2]);
   const std::string dir = argv[3];
   int rank = 0, size = 0;
@@ -161,22 +247,14 @@ int main(int argc, char **argv) {
   }
   const double t_err = now_ms();
   const std::string msg = bc_last_error();
-  // The victim wrote its time just before dying; wait a little for the file if
-  // this rank was quicker than the rename (it cannot be, but do not trust it).
-  double t_death = 0;
-  for (int i = 0; i < 100 && t_death == 0; ++i) {
-    if (FILE *f = std::fopen((dir + "/death").c_str(), "r")) {
-      if (std::fscanf(f, "%lf", &t_death) != 1) t_death = 0;
-      std::fclose(f);
-    }
-    if (t_death == 0) usleep(10000);
-  }
+  const double t_death = read_death(dir);
   // The communicator is broken: a further call fails at once, with the cause.
   double t0 = mono_ms();
   const bc_status_t again = bc_allreduce(a.data(), b.data(), n, BC_FLOAT32, BC_SUM, comm);
   const double again_ms = mono_ms() - t0;
   const bool again_ok = again == BC_ERR_PEER_DEAD && again_ms < 100 &&
                         std::string(bc_last_error()).find("broken") != std::string::npos;
+  const bool went_on = mode != "shrink" || shrink_and_go_on(comm, rank, t_death);
   t0 = mono_ms();
   const bc_status_t dst = bc_comm_destroy(&comm);
   const double destroy_ms = mono_ms() - t0;
@@ -197,16 +275,22 @@ int main(int argc, char **argv) {
   // depends on whether mpirun has registered the death first (measured: it
   // usually does; docs/FAILURES.md). A survivor that is still inside after
   // kFinalizeMs says so and leaves: a bounded exit, reported, not hidden.
+  // Once MPI_Finalize has returned, the watchdog stands down: the exit after
+  // it can take longer than kFinalizeMs (an ASan build's leak check, with 7
+  // ranks on 2 cores), and must keep this rank's own exit status.
   static constexpr int kFinalizeMs = 5000;
-  std::thread([rank] {
+  const int status = named && went_on && dst == BC_OK && fst == BC_OK ? 0 : 1;
+  std::thread([rank, status] {
     std::this_thread::sleep_for(std::chrono::milliseconds(kFinalizeMs));
+    if (g_finalize_returned.load()) return;
     std::printf("LIVENESS-STUCK rank %d mpi_finalize_ms %d (Open MPI's finalize fence)\n", rank, kFinalizeMs);
     std::fflush(stdout);
-    _exit(0);
+    _exit(status);
   }).detach();
   t0 = mono_ms();
   MPI_Finalize();
+  g_finalize_returned.store(true);
   std::printf("LIVENESS-FINAL rank %d mpi_finalize_ms %.1f\n", rank, mono_ms() - t0);
   std::fflush(stdout);
-  return named && dst == BC_OK && fst == BC_OK ? 0 : 1;
+  return status;
 }

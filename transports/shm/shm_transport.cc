@@ -158,6 +158,16 @@ void ShmTransport::cancel(TransportRequest *req) {
   release(req);
 }
 
+// Nothing to mend: a cancelled message is as if never posted (shm_layout.h),
+// so a channel serves new tags after a failure, unless a receive from the peer
+// was cancelled mid-stream (copy mode): then the ring holds unknown chunks.
+Status ShmTransport::reopen(int peer) {
+  if (!can_connect(peer, BC_MEM_HOST)) return BC_FAIL(BC_ERR_INTERNAL, "shm transport: rank %d is not on this node", peer);
+  const Peer &p = peers_[node_->local_of(peer)];
+  if (!p.broken.empty()) return BC_FAIL(BC_ERR_TRANSPORT, "%s", p.broken.c_str());
+  return BC_OK;
+}
+
 uint32_t ShmTransport::new_op(TransportRequest *req, int peer, bool is_send, void *buf, size_t bytes,
                               uint32_t tag) {
   uint32_t id;

@@ -89,6 +89,7 @@ class ShmTransport final : public Transport {
                    TransportRequest *req) override;
   Status test(TransportRequest *req, bool *done) override;
   void cancel(TransportRequest *req) override;
+  Status reopen(int peer) override;
 
   // Reuse by a later communicator over the same processes (shm_reuse.cc).
   // Nothing of this rank's is in flight and no channel failed: worth keeping.

@@ -220,6 +220,23 @@ void UcxTransport::peer_died(int peer) {
   if (peers_[peer].shared) peers_[peer].shared->dead = true;  // for every communicator, and worker_stop
 }
 
+Status UcxTransport::reopen(int peer) {
+  if (peer < 0 || peer >= size_ || !peers_)
+    return BC_FAIL(BC_ERR_INTERNAL, "ucx: rank %d is outside the communicator of %d ranks", peer, size_);
+  std::lock_guard<std::recursive_mutex> lock(w_->mutex);
+  UcxPeer &p = peers_[peer];
+  if (p.dead || (p.shared && p.shared->dead))
+    return BC_FAIL(BC_ERR_PEER_DEAD, "ucx: rank %d is dead; it cannot be reopened", peer);
+  p.failed = UCS_OK;
+  if (p.shared && p.shared->failed != UCS_OK) {
+    // on_ep_error or abort_peer took it out of w_->eps already: ensure_ep
+    // makes a new one. The failed one stays in all_eps until the worker goes.
+    if (p.shared->users > 0) --p.shared->users;
+    p.shared = nullptr;
+  }
+  return ensure_ep(peer);
+}
+
 Status UcxTransport::idle_wait(int timeout_ms) {
   // Nothing to sleep on (can_sleep() is false, so no waiter calls this): the
   // waiter rests itself (core/wait_policy.h).

@@ -245,6 +245,11 @@ class UcxTransport final : public Transport {
   Status test(TransportRequest *req, bool *done) override;
   void cancel(TransportRequest *req) override;
   void peer_died(int peer) override;
+  // Forgets this communicator's failure of `peer` and, when its shared
+  // endpoint failed (our forced close after a cancelled transfer, or the
+  // peer's), connects anew: tag matching is per worker, so the peer's
+  // messages reach us whichever endpoint carried them.
+  Status reopen(int peer) override;
 
   // The executor's idle path (Transport::idle_wait): with BC_UCX_WAIT=event,
   // arms the worker and sleeps on its event fd until the network has something
