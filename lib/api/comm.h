@@ -192,11 +192,12 @@ void comm_live_remove(const bc_comm *comm);
 Status comm_create(MPI_Comm comm, const char *options, bc_comm **out);
 // The creation proper, on `owned`: a private MPI communicator the new one
 // takes over and frees (comm_create's duplicate, or bc_comm_shrink's
-// communicator of the survivors), with `params` as given. dup_ms: what making
-// `owned` took, for the INIT log line. `inherit`: a cost model to take instead
-// of loading or calibrating one (bc_comm_shrink), or null.
-Status comm_create_owned(MPI_Comm owned, const ParamSet &params, double dup_ms, const CostModel *inherit,
-                         bc_comm **out);
+// communicator of the survivors), with `params` as given. made_by, made_ms:
+// what made `owned` and how long it took, for the INIT log line. `inherit`: a
+// cost model to take instead of loading or calibrating one (bc_comm_shrink),
+// or null.
+Status comm_create_owned(MPI_Comm owned, const ParamSet &params, const char *made_by, double made_ms,
+                         const CostModel *inherit, bc_comm **out);
 // bc_comm_shrink (lib/api/comm_shrink.cc).
 Status comm_shrink(bc_comm *comm, bc_comm **out);
 Status comm_destroy(bc_comm *comm);

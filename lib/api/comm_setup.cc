@@ -154,8 +154,8 @@ void spin_count_setup(bc_comm *c) {
 // cheaper (a later communicator's budget is a few milliseconds).
 class PhaseTimes {
  public:
-  explicit PhaseTimes(double dup_ms) : last_(std::chrono::steady_clock::now()) {
-    add("private MPI_Comm_dup", dup_ms);
+  PhaseTimes(const char *made_by, double made_ms) : last_(std::chrono::steady_clock::now()) {
+    add(made_by, made_ms);
   }
   void mark(const char *phase) {
     const auto now = std::chrono::steady_clock::now();
@@ -189,9 +189,10 @@ Status finish_close_dup(bc_comm *c, bool keep) {
   return BC_OK;
 }
 
-// dup_ms: how long the private duplicate took (for the INIT log line).
-Status comm_setup(bc_comm *c, double dup_ms) {
-  PhaseTimes phases(dup_ms);
+// made_by, made_ms: what made the private communicator and how long it took
+// (for the INIT log line).
+Status comm_setup(bc_comm *c, const char *made_by, double made_ms) {
+  PhaseTimes phases(made_by, made_ms);
   BC_CHECK(topo_detect(c->mpi, c->params, &c->topo));
   phases.mark("topology");
   spin_count_setup(c);
@@ -272,11 +273,11 @@ Status comm_create(MPI_Comm comm, const char *options, bc_comm **out) {
   const auto t0 = std::chrono::steady_clock::now();
   MPI_Comm dup = MPI_COMM_NULL;
   BC_MPI_CHECK(MPI_Comm_dup(comm, &dup));
-  return comm_create_owned(dup, params, ms_since(t0), nullptr, out);
+  return comm_create_owned(dup, params, "private MPI_Comm_dup", ms_since(t0), nullptr, out);
 }
 
-Status comm_create_owned(MPI_Comm owned, const ParamSet &params, double dup_ms, const CostModel *inherit,
-                         bc_comm **out) {
+Status comm_create_owned(MPI_Comm owned, const ParamSet &params, const char *made_by, double made_ms,
+                         const CostModel *inherit, bc_comm **out) {
   *out = nullptr;
   std::unique_ptr<bc_comm> c(new bc_comm);
   c->params = params;
@@ -284,7 +285,7 @@ Status comm_create_owned(MPI_Comm owned, const ParamSet &params, double dup_ms, 
   c->mpi = owned;
   if (inherit) c->inherited_model = *inherit;
   Status st = private_comm_setup(c.get());
-  if (st == BC_OK) st = comm_setup(c.get(), dup_ms);
+  if (st == BC_OK) st = comm_setup(c.get(), made_by, made_ms);
   c->inherited_model = CostModel();  // for the creation only
   if (st != BC_OK) {
     trail(st, __FILE__, __LINE__);

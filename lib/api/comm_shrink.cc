@@ -106,7 +106,8 @@ Status comm_shrink(bc_comm *c, bc_comm **out) {
   BC_CHECK(survivors_comm(c->mpi, agreed.dead, &survivors));
   const double group_ms = ms_since(t1);
   const auto t2 = std::chrono::steady_clock::now();
-  BC_CHECK(comm_create_owned(survivors, c->params, group_ms, c->model.empty() ? nullptr : &c->model, out));
+  BC_CHECK(comm_create_owned(survivors, c->params, "the survivors' MPI_Comm_create_group", group_ms,
+                             c->model.empty() ? nullptr : &c->model, out));
   if ((*out)->rank == 0 && log_enabled(LogLevel::Info, LogSys::Init)) {
     BC_INFO(Init, "bc_comm_shrink: %d of %d ranks go on without %s; agreed in %d round(s)%s%s, %.1f ms; "
             "MPI_Comm_create_group %.1f ms; new communicator %.1f ms", c->size - static_cast<int>(agreed.dead.size()),
