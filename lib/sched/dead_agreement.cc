@@ -38,6 +38,8 @@ constexpr int kMaxReopens = 3;
 // communicator is destroyed.
 constexpr int64_t kResendFirstMs = 250;
 constexpr int64_t kResendMaxMs = 8000;
+// How long the sends still in flight after the decision may take (run()).
+constexpr int64_t kSendsGraceMs = 200;
 
 // One message of the agreement, sent or received.
 struct Msg {
@@ -335,6 +337,24 @@ Status DeadAgreement::run(DeadAgreementResult *out) {
     if (wait.liveness_due()) detect();
     BC_CHECK(resend_if_due());
   }
+  // Every living rank has decided, so no one needs a proposal any more. Sends
+  // still in flight are given a moment before they are cancelled: cancelling
+  // a UCX send to an off-node peer closes its connection by force
+  // (UcxTransport::cancel), which the new communicator would then find
+  // broken. These are a few bytes each and normally complete at once.
+  WaitPolicy::poll_for(
+      kSendsGraceMs,
+      [this] {
+        for (const Msg &m : sends_)
+          if (m.active && !dead_[m.peer]) return false;
+        return true;
+      },
+      [this] {
+        const uint64_t before = events_;
+        for (Msg &m : sends_) poll(&m);
+        return events_ != before;
+      });
+  clear_error();
   cancel_all();
   if (bit(decision_, s_.rank))
     return BC_FAIL(BC_ERR_INTERNAL, "bc_comm_shrink: the survivors agreed that rank %d, which is alive, is dead",

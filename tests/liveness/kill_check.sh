@@ -19,7 +19,9 @@
 # BC_TEST_KILL_MODE=shrink: then every survivor also shrinks the broken
 # communicator and runs 100 exact all-reduces on the new one (liveness_check
 # shrink); each must report status 0, np-1 ranks, 100 calls, 0 wrong, and its
-# first exact all-reduce within FIRST_MS of the death.
+# first exact all-reduce within FIRST_MS of the death. BC_TEST_SECOND_VICTIM=R
+# (shrink only): rank R dies too, as it would shrink; the others must agree
+# on both deaths and go on with np-2 ranks.
 set -u
 mpirun=$1 prog=$2 np=$3
 shift 3
@@ -50,6 +52,10 @@ trap 'rm -rf "$dir"' EXIT
 # directory and its daemons), and that is reported as a note, not hidden.
 LINGER_S=${BC_TEST_MPIRUN_LINGER_S:-}
 survivors=$((np - 1))
+if [ -n "${BC_TEST_SECOND_VICTIM:-}" ]; then
+  survivors=$((np - 2))
+  envs+=(-x "BC_TEST_SECOND_VICTIM=$BC_TEST_SECOND_VICTIM")
+fi
 start=$(date +%s.%N)
 timeout -k 5 "$LIMIT_S" "$mpirun" --allow-run-as-root --oversubscribe --bind-to none --mca mpi_yield_when_idle 1 \
   --enable-recovery "${envs[@]}" "${extra[@]}" -np "$np" "$prog" "$mode" "$victim" "$dir" >"$dir/out" 2>&1 &

@@ -44,7 +44,10 @@
 //
 // first_ms: from the victim's death to the end of the first exact all-reduce
 // on the new communicator (the target: 2 s). A wrong result, a failed
-// call or a failed shrink makes the exit status 1.
+// call or a failed shrink makes the exit status 1. With BC_TEST_SECOND_VICTIM=R
+// in the environment, rank R survives the first death but dies too, as it
+// would call bc_comm_shrink: the others are then in their agreement, or about
+// to be, and must agree on both deaths.
 #include <mpi.h>
 #include <signal.h>
 #include <time.h>
@@ -122,6 +125,11 @@ bool shrink_and_go_on(bc_comm_t broken, int rank, double t_death) {
   static const int64_t kCounts[] = {0, 1, 2, 3, 7, 13, 31, 97, 1000, 4099, 65537, 262147, 1048583};
   static constexpr int kGuard = 64;
   static constexpr int32_t kPoison = -777;
+  const char *second = std::getenv("BC_TEST_SECOND_VICTIM");
+  if (second && *second && std::atoi(second) == rank) {
+    usleep(20 * 1000);
+    raise(SIGKILL);
+  }
   double t0 = mono_ms();
   bc_comm_t comm = nullptr;
   const bc_status_t st = bc_comm_shrink(broken, &comm);
