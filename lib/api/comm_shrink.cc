@@ -89,14 +89,21 @@ Status comm_shrink(bc_comm *c, bc_comm **out) {
     setup.rank = c->rank;
     setup.size = c->size;
     setup.peer_transport = c->peer_transport;
-    setup.liveness = c->liveness.get();
+    Liveness *liveness = c->liveness.get();
+    setup.dead_now = [liveness] {
+      liveness->check();
+      return liveness->dead();
+    };
+    setup.liveness_interval_ms = liveness->interval_ms();
     setup.spin_count = c->spin_count;
     setup.timeout_ms = c->params.get_int(ParamId::Timeout);
     const Status st = agree_on_dead(setup, &agreed);
     if (!c->broken) {
       c->broken = true;
       c->broken_by = BC_ERR_INVALID_COMM;
-      c->broken_why = "bc_comm_shrink made a new communicator of its survivors; use that one";
+      c->broken_why = "bc_comm_shrink was called on it";
+    } else {
+      c->broken_why += "; bc_comm_shrink was called on it";
     }
     BC_CHECK(st);
   }
@@ -109,9 +116,9 @@ Status comm_shrink(bc_comm *c, bc_comm **out) {
   BC_CHECK(comm_create_owned(survivors, c->params, "the survivors' MPI_Comm_create_group", group_ms,
                              c->model.empty() ? nullptr : &c->model, out));
   if ((*out)->rank == 0 && log_enabled(LogLevel::Info, LogSys::Init)) {
-    BC_INFO(Init, "bc_comm_shrink: %d of %d ranks go on without %s; agreed in %d round(s)%s%s, %.1f ms; "
+    BC_INFO(Init, "bc_comm_shrink: %d of %d ranks go on without %s; agreed in %d instance(s), %d round(s)%s%s, %.1f ms; "
             "MPI_Comm_create_group %.1f ms; new communicator %.1f ms", c->size - static_cast<int>(agreed.dead.size()),
-            c->size, agreed.dead.empty() ? "anyone" : c->liveness->who_list(agreed.dead).c_str(), agreed.rounds,
+            c->size, agreed.dead.empty() ? "anyone" : c->liveness->who_list(agreed.dead).c_str(), agreed.instances, agreed.rounds,
             agreed.relayed ? " (relayed)" : "", agreed.resends > 0 ? " with messages sent again" : "", agree_ms,
             group_ms, ms_since(t2));
   }

@@ -49,6 +49,18 @@ void shrink_and_check(MPI_Comm mpi, const std::string &options) {
   CHECK(everywhere(bc_comm_destroy(&shrunk) == BC_OK, mpi));
 }
 
+// A communicator of the world with `options` (transport t), or false where
+// that transport is not available here (said with a WARN).
+bool create_or_skip(const std::string &t, const std::string &options, bc_comm_t *comm) {
+  const bc_status_t created = bc_comm_create_with(MPI_COMM_WORLD, options.c_str(), comm);
+  if (everywhere(created == BC_ERR_NOT_SUPPORTED)) {
+    WARN("BC_TRANSPORT=" << t << " is not available here: skipped");
+    return false;
+  }
+  REQUIRE(everywhere(created == BC_OK));
+  return true;
+}
+
 }  // namespace
 
 TEST_CASE("shrink without a death keeps every rank, in order", "[shrink]") {
@@ -57,12 +69,7 @@ TEST_CASE("shrink without a death keeps every rank, in order", "[shrink]") {
     const std::string options = "BC_TRANSPORT=" + t + ";BC_TIMEOUT=30s";
     INFO("options " << options);
     bc_comm_t probe = nullptr;
-    const bc_status_t created = bc_comm_create_with(MPI_COMM_WORLD, options.c_str(), &probe);
-    if (everywhere(created == BC_ERR_NOT_SUPPORTED)) {
-      WARN("BC_TRANSPORT=" << t << " is not available here: skipped");
-      continue;
-    }
-    REQUIRE(everywhere(created == BC_OK));
+    if (!create_or_skip(t, options, &probe)) continue;
     if (t == "mpi" && p > 1) {
       // The agreement cannot run over Open MPI after a death (comm_shrink.cc).
       bc_comm_t shrunk = nullptr;
@@ -113,12 +120,7 @@ TEST_CASE("shrink waits for a late survivor", "[shrink]") {
     const std::string options = "BC_TRANSPORT=" + t + ";BC_TIMEOUT=30s";
     INFO("options " << options);
     bc_comm_t comm = nullptr;
-    const bc_status_t created = bc_comm_create_with(MPI_COMM_WORLD, options.c_str(), &comm);
-    if (everywhere(created == BC_ERR_NOT_SUPPORTED)) {
-      WARN("BC_TRANSPORT=" << t << " is not available here: skipped");
-      continue;
-    }
-    REQUIRE(everywhere(created == BC_OK));
+    if (!create_or_skip(t, options, &comm)) continue;
     // The last rank comes 0.7 s late: the others wait in their first round,
     // long enough that their messages to ucx peers are sent again
     // (dead_agreement.cc, kResendFirstMs); the copies must not matter.
@@ -132,6 +134,34 @@ TEST_CASE("shrink waits for a late survivor", "[shrink]") {
     CHECK(np == p);
     for (int64_t n : {int64_t{13}, int64_t{65537}}) CHECK(everywhere(allreduce_right(shrunk, BC_INT32, n, r, p)));
     CHECK(everywhere(bc_comm_destroy(&shrunk) == BC_OK));
+    CHECK(everywhere(bc_comm_destroy(&comm) == BC_OK));
+  }
+}
+
+TEST_CASE("shrink gives up on a survivor that never comes, after BC_TIMEOUT, naming it", "[shrink]") {
+  const int p = world_size(), r = world_rank();
+  if (p == 1) return;  // nobody to wait for
+  for (const std::string &t : transports_to_try({"auto", "ucx"})) {
+    if (t == "mpi") continue;  // refused (above)
+    // 1 s: the ucx waiters send their messages again at 0.25 and 0.75 s,
+    // which must not count as movement and put the timeout off.
+    const std::string options = "BC_TRANSPORT=" + t + ";BC_TIMEOUT=1s";
+    INFO("options " << options);
+    bc_comm_t comm = nullptr;
+    if (!create_or_skip(t, options, &comm)) continue;
+    if (r != p - 1) {
+      bc_comm_t shrunk = nullptr;
+      const bc_status_t st = bc_comm_shrink(comm, &shrunk);
+      const std::string why = bc_last_error();
+      INFO(why);
+      CHECK(st == BC_ERR_TIMEOUT);
+      CHECK(shrunk == nullptr);
+      // Its own timeout names the missing rank; or another waiter's came
+      // first, whose ABORT fails this one at once, naming that waiter.
+      CHECK((why.find("rank(s) " + std::to_string(p - 1)) != std::string::npos ||
+             why.find("part of the survivors' agreement failed (timeout") != std::string::npos));
+    }
+    MPI_Barrier(MPI_COMM_WORLD);  // the last rank stays out until the others gave up
     CHECK(everywhere(bc_comm_destroy(&comm) == BC_OK));
   }
 }

@@ -227,6 +227,10 @@ Status UcxTransport::reopen(int peer) {
   UcxPeer &p = peers_[peer];
   if (p.dead || (p.shared && p.shared->dead))
     return BC_FAIL(BC_ERR_PEER_DEAD, "ucx: rank %d is dead; it cannot be reopened", peer);
+  // The agreement leaves copies of its messages unmatched: the id is
+  // quarantined and its unexpected messages drained at destroy, so that a
+  // later communicator with this id never matches them.
+  had_failure_ = true;
   p.failed = UCS_OK;
   if (p.shared && p.shared->failed != UCS_OK) {
     // on_ep_error or abort_peer took it out of w_->eps already: ensure_ep
