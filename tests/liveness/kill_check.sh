@@ -82,6 +82,8 @@ wall=$(echo "$(date +%s.%N) - $start" | bc)
 fail=0
 problem() { echo "FAIL: $*"; fail=1; }
 grep -E "^(LIVENESS|SHRINK)" "$dir/out" | cut -c1-600
+# A hung job: each survivor's watchdog line says where it was.
+grep -q "^LIVENESS-WATCHDOG" "$dir/out" && problem "some survivors were still running 45 s after the failure (LIVENESS-WATCHDOG lines above)"
 [ "$rc" = 124 ] || [ "$rc" = 137 ] && problem "mpirun did not return within ${LIMIT_S}s"
 echo "mpirun exit status $rc after ${wall}s (a killed rank makes it non-zero)"
 [ -n "$lingered" ] && echo "note: mpirun was still running ${LINGER_S} s after every survivor had finished; terminated (BC_TEST_MPIRUN_LINGER_S)"

@@ -68,6 +68,23 @@
 namespace {
 
 std::atomic<bool> g_finalize_returned{false};
+// Where a survivor is, for the watchdog (start_watchdog): a job that hangs
+// says which call each survivor was in, instead of nothing.
+std::atomic<const char *> g_stage{"in the all-reduce that the death breaks"};
+std::atomic<int> g_stage_call{-1};
+
+// A survivor still running kWatchdogS seconds after its first call failed
+// prints where it is (kill_check.sh stops the job at 60 s).
+void start_watchdog(int rank) {
+  static constexpr int kWatchdogS = 45;
+  std::thread([rank] {
+    std::this_thread::sleep_for(std::chrono::seconds(kWatchdogS));
+    if (g_finalize_returned.load()) return;
+    std::printf("LIVENESS-WATCHDOG rank %d still running %d s after the failure: %s (call %d)\n", rank, kWatchdogS,
+                g_stage.load(), g_stage_call.load());
+    std::fflush(stdout);
+  }).detach();
+}
 
 double now_ms() {
   timespec ts;
@@ -132,7 +149,9 @@ bool shrink_and_go_on(bc_comm_t broken, int rank, double t_death) {
   }
   double t0 = mono_ms();
   bc_comm_t comm = nullptr;
+  g_stage = "in bc_comm_shrink";
   const bc_status_t st = bc_comm_shrink(broken, &comm);
+  g_stage = "after bc_comm_shrink";
   const double shrink_ms = mono_ms() - t0;
   const std::string shrink_msg = st == BC_OK ? "" : bc_last_error();
   int newrank = -1, newsize = 0, calls = 0, wrong = 0;
@@ -144,7 +163,9 @@ bool shrink_and_go_on(bc_comm_t broken, int rank, double t_death) {
     bc_comm_size(comm, &newsize);
     const int64_t nmax = kCounts[sizeof kCounts / sizeof kCounts[0] - 1];
     std::vector<int32_t> in(static_cast<size_t>(nmax)), out(static_cast<size_t>(nmax + kGuard));
+    g_stage = "in the all-reduces on the shrunk communicator";
     for (int call = 0; call < kShrinkCalls; ++call) {
+      g_stage_call = call;
       const int64_t n = kCounts[call % (sizeof kCounts / sizeof kCounts[0])];
       const bool in_place = call % 3 == 2;
       // Rank r gives (r + 1) * (i % 11 + 1) - 5: the sum over the ranks is exact.
@@ -167,6 +188,7 @@ bool shrink_and_go_on(bc_comm_t broken, int rank, double t_death) {
       ++calls;
       if (call == 0 && exact && t_death > 0) first_ms = now_ms() - t_death;
     }
+    g_stage = "destroying the shrunk communicator";
     dst = bc_comm_destroy(&comm);
   }
   std::printf("SHRINK rank %d newrank %d newsize %d status %d shrink_ms %.1f first_ms %.1f calls %d wrong %d "
@@ -254,6 +276,7 @@ int main(int argc, char **argv) {
     if (st == BC_OK) st = bc_wait(&req);
   }
   const double t_err = now_ms();
+  start_watchdog(rank);
   const std::string msg = bc_last_error();
   const double t_death = read_death(dir);
   // The communicator is broken: a further call fails at once, with the cause.
@@ -264,6 +287,7 @@ int main(int argc, char **argv) {
                         std::string(bc_last_error()).find("broken") != std::string::npos;
   const bool went_on = mode != "shrink" || shrink_and_go_on(comm, rank, t_death);
   t0 = mono_ms();
+  g_stage = "destroying the broken communicator";
   const bc_status_t dst = bc_comm_destroy(&comm);
   const double destroy_ms = mono_ms() - t0;
   t0 = mono_ms();
@@ -296,6 +320,7 @@ int main(int argc, char **argv) {
     _exit(status);
   }).detach();
   t0 = mono_ms();
+  g_stage = "in MPI_Finalize";
   MPI_Finalize();
   g_finalize_returned.store(true);
   std::printf("LIVENESS-FINAL rank %d mpi_finalize_ms %.1f\n", rank, mono_ms() - t0);
