@@ -61,6 +61,20 @@ bool create_or_skip(const std::string &t, const std::string &options, bc_comm_t 
   return true;
 }
 
+// Runs `body` with a communicator of the world with BC_TIMEOUT=`timeout` on
+// each transport shrink serves (the mpi transport is refused: above); `body`
+// destroys it.
+template <class Body>
+void on_shrinkable_transports(const std::string &timeout, Body body) {
+  for (const std::string &t : transports_to_try({"auto", "ucx"})) {
+    if (t == "mpi") continue;
+    const std::string options = "BC_TRANSPORT=" + t + ";BC_TIMEOUT=" + timeout;
+    INFO("options " << options);
+    bc_comm_t comm = nullptr;
+    if (create_or_skip(t, options, &comm)) body(comm);
+  }
+}
+
 }  // namespace
 
 TEST_CASE("shrink without a death keeps every rank, in order", "[shrink]") {
@@ -115,12 +129,7 @@ TEST_CASE("shrink refuses what it cannot do, clearly", "[shrink][errors]") {
 
 TEST_CASE("shrink waits for a late survivor", "[shrink]") {
   const int p = world_size(), r = world_rank();
-  for (const std::string &t : transports_to_try({"auto", "ucx"})) {
-    if (t == "mpi") continue;  // refused (above)
-    const std::string options = "BC_TRANSPORT=" + t + ";BC_TIMEOUT=30s";
-    INFO("options " << options);
-    bc_comm_t comm = nullptr;
-    if (!create_or_skip(t, options, &comm)) continue;
+  on_shrinkable_transports("30s", [&](bc_comm_t comm) {
     // The last rank comes 0.7 s late: the others wait in their first round,
     // long enough that their messages to ucx peers are sent again
     // (dead_agreement.cc, kResendFirstMs); the copies must not matter.
@@ -135,20 +144,15 @@ TEST_CASE("shrink waits for a late survivor", "[shrink]") {
     for (int64_t n : {int64_t{13}, int64_t{65537}}) CHECK(everywhere(allreduce_right(shrunk, BC_INT32, n, r, p)));
     CHECK(everywhere(bc_comm_destroy(&shrunk) == BC_OK));
     CHECK(everywhere(bc_comm_destroy(&comm) == BC_OK));
-  }
+  });
 }
 
 TEST_CASE("shrink gives up on a survivor that never comes, after BC_TIMEOUT, naming it", "[shrink]") {
   const int p = world_size(), r = world_rank();
   if (p == 1) return;  // nobody to wait for
-  for (const std::string &t : transports_to_try({"auto", "ucx"})) {
-    if (t == "mpi") continue;  // refused (above)
-    // 1 s: the ucx waiters send their messages again at 0.25 and 0.75 s,
-    // which must not count as movement and put the timeout off.
-    const std::string options = "BC_TRANSPORT=" + t + ";BC_TIMEOUT=1s";
-    INFO("options " << options);
-    bc_comm_t comm = nullptr;
-    if (!create_or_skip(t, options, &comm)) continue;
+  // 1 s: the ucx waiters send their messages again at 0.25 and 0.75 s, which
+  // must not count as movement and put the timeout off.
+  on_shrinkable_transports("1s", [&](bc_comm_t comm) {
     if (r != p - 1) {
       bc_comm_t shrunk = nullptr;
       const bc_status_t st = bc_comm_shrink(comm, &shrunk);
@@ -163,5 +167,5 @@ TEST_CASE("shrink gives up on a survivor that never comes, after BC_TIMEOUT, nam
     }
     MPI_Barrier(MPI_COMM_WORLD);  // the last rank stays out until the others gave up
     CHECK(everywhere(bc_comm_destroy(&comm) == BC_OK));
-  }
+  });
 }
