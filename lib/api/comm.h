@@ -4,6 +4,7 @@
 #include <mpi.h>
 
 #include <atomic>
+#include <chrono>
 #include <deque>
 #include <list>
 #include <map>
@@ -273,6 +274,10 @@ Status comm_write_topology(bc_comm *comm, const char *path);
 // Helpers shared by the files of lib/api (the file that defines each in brackets).
 // progress_thread_allowed at this process's MPI thread level (comm_setup.cc).
 Status progress_thread_check(const char *mpi_user);
+// The lowest rank `comm` reaches through the mpi transport, or -1 (comm_setup.cc).
+int first_mpi_peer(const bc_comm *comm);
+// Milliseconds since `t` (comm_setup.cc).
+double ms_since(std::chrono::steady_clock::time_point t);
 // Chunks a buffer of `total` elements is cut into under `choice`, at least 1 (comm_plan.cc).
 int64_t chunk_count(const PlanChoice &choice, int64_t total, size_t elem);
 // A call on a broken communicator: its earlier failure again (comm_start.cc).

@@ -94,14 +94,21 @@ Status progress_thread_check(const char *mpi_user) {
   return BC_OK;
 }
 
+int first_mpi_peer(const bc_comm *c) {
+  for (int r = 0; r < c->size; ++r)
+    if (r != c->rank && std::strcmp(c->peer_transport[r]->name(), "mpi") == 0) return r;
+  return -1;
+}
+
+double ms_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
+}
+
 namespace {
 
 // Last step of the creation: the thread starts once everything it uses is up.
 Status progress_setup(bc_comm *c) {
-  bool mpi_peers = false;
-  for (int r = 0; r < c->size; ++r)
-    if (r != c->rank && std::strcmp(c->peer_transport[r]->name(), "mpi") == 0) mpi_peers = true;
-  if (mpi_peers)
+  if (first_mpi_peer(c) >= 0)
     BC_CHECK(progress_thread_check("the mpi transport (its thread calls MPI; the shm and ucx transports do not)"));
   int level = MPI_THREAD_SINGLE;
   BC_MPI_CHECK(MPI_Query_thread(&level));
@@ -111,10 +118,6 @@ Status progress_setup(bc_comm *c) {
   c->progress.reset(new ProgressThread(c));
   BC_CHECK(c->progress->start());
   return BC_OK;
-}
-
-double ms_since(std::chrono::steady_clock::time_point t) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
 }
 
 // The private duplicate: MPI errors on it come back as codes (and become

@@ -17,7 +17,6 @@
 // messages went over its transports, and its tags may be used once, so a
 // communicator is shrunk once.
 #include <chrono>
-#include <cstring>
 #include <string>
 
 #include "api/comm.h"
@@ -33,19 +32,15 @@ namespace {
 // other point-to-point message when shrink is allowed (no mpi transport).
 constexpr int kShrinkGroupTag = 0x5B1C;
 
-double ms_since(std::chrono::steady_clock::time_point t) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
-}
-
 // The agreement needs a transport that can be mended after a failure for
 // every peer, and a failure detector that watches every peer.
 Status check_shrinkable(const bc_comm *c) {
-  for (int r = 0; r < c->size; ++r)
-    if (r != c->rank && std::strcmp(c->peer_transport[r]->name(), "mpi") == 0)
-      return BC_FAIL(BC_ERR_NOT_SUPPORTED, "bc_comm_shrink: rank %d is reached through the mpi transport; after a "
-                     "death Open MPI 4.1 (no ULFM) may abort a process whose send to the dead fails, so the "
-                     "survivors cannot agree over it. Shrink needs the shm and ucx transports (BC_TRANSPORT=auto, "
-                     "shm or ucx)", r);
+  const int mpi_peer = first_mpi_peer(c);
+  if (mpi_peer >= 0)
+    return BC_FAIL(BC_ERR_NOT_SUPPORTED, "bc_comm_shrink: rank %d is reached through the mpi transport; after a "
+                   "death Open MPI 4.1 (no ULFM) may abort a process whose send to the dead fails, so the "
+                   "survivors cannot agree over it. Shrink needs the shm and ucx transports (BC_TRANSPORT=auto, "
+                   "shm or ucx)", mpi_peer);
   if (!c->liveness || !c->liveness->enabled())
     return BC_FAIL(BC_ERR_NOT_SUPPORTED, "bc_comm_shrink: BC_LIVENESS=off: nothing tells the survivors who is dead");
   if (c->liveness->unwatched() > 0)

@@ -86,6 +86,9 @@ class DeadAgreement {
 
  private:
   Transport *transport(int peer) const { return s_.peer_transport[static_cast<size_t>(peer)]; }
+  // UCX, not shm, may lose a message it called sent, and cancelling a UCX
+  // send can close its connection by force (kResendFirstMs, g_abandoned).
+  bool over_ucx(int peer) const { return std::strcmp(transport(peer)->name(), "ucx") == 0; }
   Msg *receive(std::unique_ptr<Msg> *slot, int peer, uint32_t tag);
   Status post(Msg *m);
   Status poll(Msg *m);
@@ -304,7 +307,7 @@ Status DeadAgreement::advance() {
 bool DeadAgreement::finished() const {
   if (!decided_) return false;
   for (int p = 0; p < s_.size; ++p)
-    if (p != s_.rank && !dead_[p] && !(decided_in_[p] && decided_in_[p]->done)) return false;
+    if (waiting_for(p)) return false;
   return true;
 }
 
@@ -331,7 +334,7 @@ Status DeadAgreement::resend_if_due() {
   if (now - still_since_ < std::chrono::milliseconds(resend_ms_)) return BC_OK;
   std::vector<Msg> again;
   for (const Msg &m : sends_)
-    if (!m.copy && waiting_for(m.peer) && std::strcmp(transport(m.peer)->name(), "ucx") == 0) again.push_back(m);
+    if (!m.copy && waiting_for(m.peer) && over_ucx(m.peer)) again.push_back(m);
   for (const Msg &m : again) {
     sends_.emplace_back();
     Msg &copy = sends_.back();
@@ -373,7 +376,7 @@ void DeadAgreement::finish_sends() {
       });
   for (auto it = sends_.begin(); it != sends_.end();) {
     auto next = std::next(it);
-    if (it->active && !dead_[it->peer] && std::strcmp(transport(it->peer)->name(), "ucx") == 0) {
+    if (it->active && !dead_[it->peer] && over_ucx(it->peer)) {
       std::lock_guard<std::mutex> lock(g_abandoned_mutex);
       g_abandoned.splice(g_abandoned.end(), sends_, it);
     }

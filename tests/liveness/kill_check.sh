@@ -144,5 +144,8 @@ if [ "$fail" != 0 ]; then
   cut -c1-400 "$dir/out" | head -60
   exit 1
 fi
-[ "$mode" = shrink ] && echo "PASS: every survivor named rank $victim, shrank and ran 100 exact all-reduces, the first within ${FIRST_MS} ms of the death; nothing left behind"
-[ "$mode" = shrink ] || echo "PASS: every survivor named rank $victim within ${DETECT_MS} ms and exited; nothing left behind"
+if [ "$mode" = shrink ]; then
+  echo "PASS: every survivor named rank $victim, shrank and ran 100 exact all-reduces, the first within ${FIRST_MS} ms of the death; nothing left behind"
+else
+  echo "PASS: every survivor named rank $victim within ${DETECT_MS} ms and exited; nothing left behind"
+fi
